@@ -1,0 +1,29 @@
+# The two commands of the README: `make serve` and `make test`. Both install what is missing
+# (system packages, the models) first, so they work on a fresh Debian/Ubuntu machine.
+
+MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+.PHONY: serve test setup models build bench
+
+setup:
+	bash scripts/setup-system.sh
+
+models: setup
+	python3 models/fetch.py
+
+build: setup
+	cargo build --release
+
+serve: models build
+	./target/release/firstword serve -m $(MODEL) --host $(HOST) --port $(PORT)
+
+# Tests run in the release profile: llama.cpp is then compiled once for both build and tests.
+test: models
+	cargo test --release --all-targets
+	cargo test --release --doc
+
+# Cold/warm TTFT, decode speed and peak RSS of firstword (and llama-server with LLAMA_SERVER=path).
+bench: models build
+	bash scripts/bench.sh $(MODEL)

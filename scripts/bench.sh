@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs examples/ttft_bench against firstword and, if LLAMA_SERVER points at a llama-server
+# binary, against llama-server on the same model, interleaved, one slot each.
+# Usage: scripts/bench.sh MODEL [extra ttft_bench args...]
+set -euo pipefail
+model=${1:?model path}; shift
+ctx=${CTX:-8192}
+threads=${THREADS:-$(nproc)}
+cargo build --release --quiet --bin firstword --example ttft_bench
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+wait_healthy() {
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "server on port $1 did not become healthy" >&2; return 1
+}
+
+./target/release/firstword serve -m "$model" --port 18080 -c "$ctx" -t "$threads" --threads-batch "$threads" 2>/tmp/firstword-bench.log &
+pids+=($!); servers=(--server "firstword=http://127.0.0.1:18080@$!")
+wait_healthy 18080
+
+if [ -n "${LLAMA_SERVER:-}" ]; then
+  "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja 2>/tmp/llama-server-bench.log &
+  pids+=($!); servers+=(--server "llama-server=http://127.0.0.1:18081@$!")
+  wait_healthy 18081
+fi
+
+echo "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+./target/release/examples/ttft_bench "${servers[@]}" "$@"
+echo "load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

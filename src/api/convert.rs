@@ -1,0 +1,207 @@
+//! Validating an OpenAI request and turning it into an engine request.
+//!
+//! Ranges follow OpenAI's API; anything this server cannot honour is refused with a 400 naming
+//! the field, never silently ignored.
+
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::wire::{ChatCompletionRequest, Content, Stop, WireMessage};
+use crate::chat::{ChatMessage, Role, ToolCall};
+use crate::engine::{GenerationRequest, ModelInfo, Prompt, SamplingParams};
+
+/// A validated request: what to run and how to answer.
+#[derive(Debug)]
+pub(crate) struct ChatJob {
+    pub request: GenerationRequest,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub model: String,
+}
+
+fn in_range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<Option<f32>, ApiError> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => {
+            Err(ApiError::invalid(param, format!("'{param}' must be between {min} and {max}, got {v}")))
+        }
+        other => Ok(other.map(|v| v as f32)),
+    }
+}
+
+impl ChatCompletionRequest {
+    /// Validates the request against the model and builds the engine request.
+    pub(crate) fn into_job(self, model: &ModelInfo) -> Result<ChatJob, ApiError> {
+        if let Some(n) = self.n.filter(|&n| n != 1) {
+            return Err(ApiError::invalid("n", format!("only n=1 is supported, got {n}")));
+        }
+        if self.logprobs == Some(true) || self.top_logprobs.is_some_and(|n| n > 0) {
+            return Err(ApiError::invalid("logprobs", "logprobs are not supported by this server"));
+        }
+        check_tool_options(&self)?;
+        let messages = convert_messages(self.messages)?;
+
+        let max_tokens = match self.max_completion_tokens.or(self.max_tokens) {
+            None => None,
+            Some(m) if m < 1 => {
+                let param = if self.max_completion_tokens.is_some() { "max_completion_tokens" } else { "max_tokens" };
+                return Err(ApiError::invalid(param, format!("'{param}' must be at least 1, got {m}")));
+            }
+            Some(m) => Some(u32::try_from(m).unwrap_or(u32::MAX)),
+        };
+        let defaults = SamplingParams::default();
+        let top_k = match self.top_k {
+            Some(k) if k < 0 => return Err(ApiError::invalid("top_k", format!("'top_k' must be 0 or more, got {k}"))),
+            Some(k) => i32::try_from(k).unwrap_or(i32::MAX),
+            None => defaults.top_k,
+        };
+        let repeat_last_n = match self.repeat_last_n {
+            Some(n) if n < 0 => {
+                return Err(ApiError::invalid("repeat_last_n", format!("'repeat_last_n' must be 0 or more, got {n}")))
+            }
+            Some(n) => i32::try_from(n).unwrap_or(i32::MAX),
+            None => defaults.repeat_last_n,
+        };
+        let sampling = SamplingParams {
+            temperature: in_range("temperature", self.temperature, 0.0, 2.0)?.unwrap_or(defaults.temperature),
+            top_p: in_range("top_p", self.top_p, 0.0, 1.0)?.unwrap_or(defaults.top_p),
+            top_k,
+            min_p: in_range("min_p", self.min_p, 0.0, 1.0)?.unwrap_or(defaults.min_p),
+            // Any integer is a valid seed; llama.cpp takes 32 bits.
+            seed: self.seed.map(|s| s as u32),
+            presence_penalty: in_range("presence_penalty", self.presence_penalty, -2.0, 2.0)?.unwrap_or(0.0),
+            frequency_penalty: in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?.unwrap_or(0.0),
+            repeat_penalty: in_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)?
+                .filter(|&p| p > 0.0)
+                .unwrap_or(1.0),
+            repeat_last_n,
+            logit_bias: convert_logit_bias(self.logit_bias, model.n_vocab)?,
+        };
+        let stop = match self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s],
+            Some(Stop::Many(list)) => list,
+        };
+        let include_usage = self.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
+        let tools = self.tools.filter(|t| !t.is_empty()).map(Value::Array);
+        Ok(ChatJob {
+            request: GenerationRequest { prompt: Prompt::Chat { messages, tools }, max_tokens, stop, sampling },
+            stream: self.stream.unwrap_or(false),
+            include_usage,
+            model: self.model.filter(|m| !m.is_empty()).unwrap_or_else(|| model.id.clone()),
+        })
+    }
+}
+
+/// Tool calling without grammar constraints cannot guarantee a call; refuse what it would fake.
+fn check_tool_options(request: &ChatCompletionRequest) -> Result<(), ApiError> {
+    match &request.tool_choice {
+        None | Some(Value::Null) => {}
+        Some(Value::String(choice)) if choice == "auto" || choice == "none" => {}
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "tool_choice 'required' or a named function is not supported yet by this server",
+            )
+            .with_code("unsupported_tool_choice"))
+        }
+    }
+    match &request.response_format {
+        None | Some(Value::Null) => Ok(()),
+        Some(format) if format.get("type").and_then(Value::as_str) == Some("text") => Ok(()),
+        Some(_) => Err(ApiError::invalid(
+            "response_format",
+            "response_format json_object/json_schema is not supported yet by this server",
+        )
+        .with_code("unsupported_response_format")),
+    }
+}
+
+fn convert_logit_bias(
+    bias: Option<std::collections::BTreeMap<String, f64>>,
+    n_vocab: i32,
+) -> Result<Vec<(i32, f32)>, ApiError> {
+    let mut out = Vec::new();
+    for (key, value) in bias.unwrap_or_default() {
+        let token = key
+            .parse::<i32>()
+            .ok()
+            .filter(|t| (0..n_vocab).contains(t))
+            .ok_or_else(|| ApiError::invalid("logit_bias", format!("'{key}' is not a token id of this model (0..{n_vocab})")))?;
+        if !(-100.0..=100.0).contains(&value) {
+            return Err(ApiError::invalid("logit_bias", format!("bias for token {key} must be between -100 and 100, got {value}")));
+        }
+        out.push((token, value as f32));
+    }
+    Ok(out)
+}
+
+fn convert_messages(messages: Vec<WireMessage>) -> Result<Vec<ChatMessage>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid("messages", "'messages' must contain at least one message"));
+    }
+    messages.into_iter().enumerate().map(|(i, m)| convert_message(i, m)).collect()
+}
+
+fn convert_message(index: usize, message: WireMessage) -> Result<ChatMessage, ApiError> {
+    let param = |field: &str| format!("messages[{index}].{field}");
+    let role = match message.role.as_str() {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" => Role::Tool,
+        other => {
+            return Err(ApiError::invalid(
+                param("role"),
+                format!("unknown role '{other}'; expected system, developer, user, assistant or tool"),
+            ))
+        }
+    };
+    let content = match message.content {
+        None => String::new(),
+        Some(Content::Text(text)) => text,
+        Some(Content::Parts(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for (j, part) in parts.into_iter().enumerate() {
+                match (part.kind.as_str(), part.text) {
+                    ("text", Some(text)) => texts.push(text),
+                    ("text", None) => {
+                        return Err(ApiError::invalid(param(&format!("content[{j}].text")), "text part without 'text'"))
+                    }
+                    (kind, _) => {
+                        let what = match kind {
+                            "image_url" | "image" => "image",
+                            "input_audio" | "audio" => "audio",
+                            "file" => "file",
+                            _ => kind,
+                        };
+                        return Err(ApiError::invalid(
+                            param(&format!("content[{j}].type")),
+                            format!("this server has no backend for {what} input; only text content is supported"),
+                        )
+                        .with_code("unsupported_content_type"));
+                    }
+                }
+            }
+            texts.join("\n")
+        }
+    };
+    let tool_calls = message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(j, call)| ToolCall {
+            id: call.id.unwrap_or_else(|| format!("call_{index}_{j}")),
+            name: call.function.name,
+            arguments: match call.function.arguments {
+                None | Some(Value::Null) => "{}".to_string(),
+                Some(Value::String(text)) => text,
+                Some(object) => object.to_string(),
+            },
+        })
+        .collect();
+    if role == Role::Tool && message.tool_call_id.as_deref().is_none_or(str::is_empty) {
+        return Err(ApiError::invalid(param("tool_call_id"), "a tool message needs the 'tool_call_id' it answers"));
+    }
+    Ok(ChatMessage { role, content, name: message.name, tool_calls, tool_call_id: message.tool_call_id })
+}

@@ -1,0 +1,89 @@
+//! A JSON body extractor whose every failure is an OpenAI error envelope.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// Like `axum::Json`, but malformed JSON, wrong types, bad UTF-8, over-deep nesting and
+/// oversized bodies all answer with the envelope, naming the field at fault.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
+            let status = rejection.status();
+            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                "request body too large".to_string()
+            } else {
+                format!("could not read the request body: {rejection}")
+            };
+            ApiError::new(status, message)
+        })?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+/// Parses a request body, reporting the path of the field at fault.
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request("the request body is empty; expected a JSON object").with_code("invalid_json"));
+    }
+    // Reject bad UTF-8 anywhere, even inside fields that are otherwise ignored.
+    std::str::from_utf8(bytes).map_err(|e| {
+        ApiError::bad_request(format!("the request body is not valid UTF-8 ({e})")).with_code("invalid_json")
+    })?;
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let message = match inner.classify() {
+            serde_json::error::Category::Data => format!("invalid value for '{path}': {inner}"),
+            _ => format!("invalid JSON in the request body: {inner}"),
+        };
+        let param = (path != ".").then_some(path);
+        ApiError { param, ..ApiError::bad_request(message).with_code("invalid_json") }
+    })?;
+    deserializer
+        .end()
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON in the request body: {e}")).with_code("invalid_json"))?;
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Body {
+        n: u32,
+        x: Option<serde_json::Value>,
+    }
+
+    #[test]
+    fn wrong_type_names_the_field() {
+        let err = parse_json::<Body>(br#"{"n": "two"}"#).expect_err("wrong type");
+        assert_eq!(err.param.as_deref(), Some("n"));
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn malformed_and_empty_bodies_are_rejected() {
+        assert!(parse_json::<Body>(b"{").is_err());
+        assert!(parse_json::<Body>(b"  ").is_err());
+        assert!(parse_json::<Body>(br#"{"n": 1} trailing"#).is_err());
+        assert!(parse_json::<Body>(b"{\"n\": 1, \"x\": \"\xff\"}").is_err());
+    }
+
+    #[test]
+    fn over_deep_nesting_is_a_clean_error() {
+        let deep = format!("{{\"n\": 1, \"x\": {}{}}}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(parse_json::<Body>(deep.as_bytes()).is_err());
+    }
+}

@@ -1,0 +1,40 @@
+//! `GET /v1/models` and `GET /health`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::error::ApiError;
+use super::wire::{ModelCard, ModelList, ModelMeta};
+use super::AppState;
+
+/// Lists the one loaded model.
+pub(super) async fn list_models(State(state): State<Arc<AppState>>) -> Result<Json<ModelList>, ApiError> {
+    let info = state.engine.model_info()?;
+    Ok(Json(ModelList {
+        object: "list",
+        data: vec![ModelCard {
+            id: info.id,
+            object: "model",
+            created: state.started_at,
+            owned_by: "firstword",
+            meta: ModelMeta {
+                architecture: info.architecture,
+                n_ctx: info.n_ctx,
+                n_ctx_train: info.n_ctx_train,
+                n_vocab: info.n_vocab,
+                chat_template: info.template_source.to_string(),
+            },
+        }],
+    }))
+}
+
+/// 200 when the model is loaded, 503 (with the envelope) while it loads.
+pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
+    match state.engine.model_info() {
+        Ok(_) => Json(serde_json::json!({"status": "ok"})).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}

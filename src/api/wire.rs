@@ -1,0 +1,209 @@
+//! OpenAI chat-completions wire types. Lenient on input (many shapes accepted, unknown fields
+//! ignored); the conversion into strict engine types lives in `convert`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `POST /v1/chat/completions` body.
+#[derive(Debug, Deserialize)]
+pub struct ChatCompletionRequest {
+    pub model: Option<String>,
+    pub messages: Vec<WireMessage>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repeat_penalty: Option<f64>,
+    pub repeat_last_n: Option<i64>,
+    pub logit_bias: Option<BTreeMap<String, f64>>,
+    pub n: Option<i64>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
+    pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
+    pub response_format: Option<Value>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Deserialize)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+}
+
+/// `stop`: one string or several.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// One message as clients send it.
+#[derive(Debug, Deserialize)]
+pub struct WireMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+    pub name: Option<String>,
+    pub tool_calls: Option<Vec<WireToolCall>>,
+    pub tool_call_id: Option<String>,
+}
+
+/// `content`: a string or an array of typed parts.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One content part; only `text` parts have a backend here.
+#[derive(Debug, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+/// A tool call in an assistant message of the history.
+#[derive(Debug, Deserialize)]
+pub struct WireToolCall {
+    pub id: Option<String>,
+    pub function: WireFunctionCall,
+}
+
+/// The function part of a tool call.
+#[derive(Debug, Deserialize)]
+pub struct WireFunctionCall {
+    pub name: String,
+    /// JSON text per the spec; some clients send an object.
+    pub arguments: Option<Value>,
+}
+
+/// `usage` in responses.
+#[derive(Debug, Serialize)]
+pub struct WireUsage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub total_tokens: u32,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Serialize)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u32,
+}
+
+/// llama-server's `timings` object.
+#[derive(Debug, Serialize)]
+pub struct WireTimings {
+    pub cache_n: u32,
+    pub prompt_n: u32,
+    pub prompt_ms: f64,
+    pub prompt_per_token_ms: f64,
+    pub prompt_per_second: f64,
+    pub predicted_n: u32,
+    pub predicted_ms: f64,
+    pub predicted_per_token_ms: f64,
+    pub predicted_per_second: f64,
+}
+
+/// Non-streaming response.
+#[derive(Debug, Serialize)]
+pub struct ChatCompletion<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: &'a str,
+    pub system_fingerprint: &'static str,
+    pub choices: [Choice; 1],
+    pub usage: WireUsage,
+    pub timings: WireTimings,
+}
+
+/// The one choice of a non-streaming response.
+#[derive(Debug, Serialize)]
+pub struct Choice {
+    pub index: u32,
+    pub message: ResponseMessage,
+    pub finish_reason: &'static str,
+    pub logprobs: Option<()>,
+}
+
+/// The assistant's message.
+#[derive(Debug, Serialize)]
+pub struct ResponseMessage {
+    pub role: &'static str,
+    pub content: Option<String>,
+}
+
+/// One streaming chunk.
+#[derive(Debug, Serialize)]
+pub struct ChatCompletionChunk<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: &'a str,
+    pub system_fingerprint: &'static str,
+    pub choices: Vec<ChunkChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<WireUsage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<WireTimings>,
+}
+
+/// The choice of a chunk.
+#[derive(Debug, Serialize)]
+pub struct ChunkChoice {
+    pub index: u32,
+    pub delta: Delta,
+    pub finish_reason: Option<&'static str>,
+    pub logprobs: Option<()>,
+}
+
+/// What a chunk adds.
+#[derive(Debug, Default, Serialize)]
+pub struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// `GET /v1/models` body.
+#[derive(Debug, Serialize)]
+pub struct ModelList {
+    pub object: &'static str,
+    pub data: Vec<ModelCard>,
+}
+
+/// One model of the list.
+#[derive(Debug, Serialize)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub owned_by: &'static str,
+    pub meta: ModelMeta,
+}
+
+/// Extra facts about the model (llama-server shows similar ones).
+#[derive(Debug, Serialize)]
+pub struct ModelMeta {
+    pub architecture: String,
+    pub n_ctx: u32,
+    pub n_ctx_train: u32,
+    pub n_vocab: i32,
+    pub chat_template: String,
+}

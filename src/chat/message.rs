@@ -1,0 +1,108 @@
+//! Chat messages as the engine and templates see them.
+
+use serde_json::{json, Map, Value};
+
+/// Who wrote a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Instructions for the assistant (OpenAI `system` and `developer`).
+    System,
+    /// The human.
+    User,
+    /// The model.
+    Assistant,
+    /// A tool's result, answering an assistant's tool call.
+    Tool,
+}
+
+impl Role {
+    /// The role name chat templates expect.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::Tool => "tool",
+        }
+    }
+}
+
+/// A tool call the assistant made earlier in the conversation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The call's id, echoed by the tool message that answers it.
+    pub id: String,
+    /// The function called.
+    pub name: String,
+    /// The arguments, as JSON text.
+    pub arguments: String,
+}
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatMessage {
+    /// Who wrote it.
+    pub role: Role,
+    /// Its text (text parts already joined).
+    pub content: String,
+    /// Optional participant name.
+    pub name: Option<String>,
+    /// Tool calls made by an assistant message.
+    pub tool_calls: Vec<ToolCall>,
+    /// For tool messages: the id of the call this answers.
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    /// A message with just a role and text.
+    #[must_use]
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self { role, content: content.into(), name: None, tool_calls: Vec::new(), tool_call_id: None }
+    }
+
+    /// A system message.
+    #[must_use]
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content)
+    }
+
+    /// A user message.
+    #[must_use]
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content)
+    }
+
+    /// An assistant message.
+    #[must_use]
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+
+    /// The message as Hugging Face templates receive it. Tool-call arguments are passed as
+    /// objects (as `transformers` does), falling back to the raw text if they are not JSON.
+    pub(crate) fn to_template_value(&self) -> Value {
+        let mut object = Map::new();
+        object.insert("role".into(), json!(self.role.as_str()));
+        object.insert("content".into(), json!(self.content));
+        if let Some(name) = &self.name {
+            object.insert("name".into(), json!(name));
+        }
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<Value> = self
+                .tool_calls
+                .iter()
+                .map(|call| {
+                    let arguments = serde_json::from_str::<Value>(&call.arguments)
+                        .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+                    json!({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}})
+                })
+                .collect();
+            object.insert("tool_calls".into(), Value::Array(calls));
+        }
+        if let Some(id) = &self.tool_call_id {
+            object.insert("tool_call_id".into(), json!(id));
+        }
+        Value::Object(object)
+    }
+}

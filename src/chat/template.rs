@@ -1,0 +1,263 @@
+//! Hugging Face chat templates rendered with minijinja, the way `transformers` renders them.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use minijinja::value::Kwargs;
+use minijinja::{Environment, ErrorKind, Value};
+
+use super::pyjson;
+use super::ChatMessage;
+
+const TEMPLATE_NAME: &str = "chat";
+const GEMMA_TEMPLATE: &str = include_str!("templates/gemma.jinja");
+
+/// A template problem.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TemplateError {
+    /// The template does not compile.
+    #[error("the chat template does not compile: {0}")]
+    Compile(String),
+    /// The template file cannot be read.
+    #[error("cannot read chat template file {path}: {reason}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        reason: String,
+    },
+    /// The GGUF has no template and none is known for its architecture.
+    #[error("the model has no chat template and firstword knows none for architecture '{0}'; pass --chat-template-file")]
+    Missing(String),
+    /// Rendering failed for these messages (including `raise_exception` in the template).
+    #[error("the chat template rejected the messages: {0}")]
+    Render(String),
+}
+
+/// Where the chat template came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TemplateSource {
+    /// `tokenizer.chat_template` in the GGUF.
+    Gguf,
+    /// A file given by the user.
+    File(PathBuf),
+    /// Chosen by firstword from the model's architecture (the GGUF has none).
+    Builtin(&'static str),
+}
+
+impl std::fmt::Display for TemplateSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Gguf => f.write_str("gguf"),
+            Self::File(path) => write!(f, "file {}", path.display()),
+            Self::Builtin(name) => write!(f, "built-in {name} (the GGUF has none)"),
+        }
+    }
+}
+
+/// What template selection needs to know about a model.
+#[derive(Clone, Debug, Default)]
+pub struct ModelTemplateFacts {
+    /// `tokenizer.chat_template`, if the GGUF has one.
+    pub gguf_template: Option<String>,
+    /// `general.architecture`.
+    pub architecture: String,
+    /// Text of the BOS token.
+    pub bos_token: String,
+    /// Text of the EOS token.
+    pub eos_token: String,
+}
+
+/// A compiled chat template plus the special-token texts it may print.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl ChatTemplate {
+    /// Compiles a Jinja chat template.
+    ///
+    /// # Errors
+    /// [`TemplateError::Compile`] if it does not parse.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
+        let mut env = Environment::new();
+        // transformers renders with trim_blocks and lstrip_blocks on.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| TemplateError::Compile(e.to_string()))?;
+        Ok(Self { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+    }
+
+    /// Picks the template for a model: a user file first, then the GGUF's own, then one known
+    /// for the architecture (with a warning). Never guesses ChatML for a model that does not
+    /// speak it.
+    ///
+    /// # Errors
+    /// The file is unreadable, the template does not compile, or none is known.
+    pub fn for_model(
+        facts: &ModelTemplateFacts,
+        file: Option<&Path>,
+    ) -> Result<(Self, TemplateSource), TemplateError> {
+        let compile = |source: &str| Self::new(source, &facts.bos_token, &facts.eos_token);
+        if let Some(path) = file {
+            let source = std::fs::read_to_string(path)
+                .map_err(|e| TemplateError::Unreadable { path: path.to_path_buf(), reason: e.to_string() })?;
+            return Ok((compile(&source)?, TemplateSource::File(path.to_path_buf())));
+        }
+        if let Some(source) = facts.gguf_template.as_deref().filter(|s| !s.trim().is_empty()) {
+            return Ok((compile(source)?, TemplateSource::Gguf));
+        }
+        if facts.architecture.starts_with("gemma") {
+            tracing::warn!(
+                architecture = %facts.architecture,
+                "the GGUF has no chat template; using firstword's built-in Gemma turn format (override with --chat-template-file)"
+            );
+            return Ok((compile(GEMMA_TEMPLATE)?, TemplateSource::Builtin("gemma")));
+        }
+        Err(TemplateError::Missing(facts.architecture.clone()))
+    }
+
+    /// Renders a conversation to prompt text.
+    ///
+    /// # Errors
+    /// [`TemplateError::Render`] when the template fails or calls `raise_exception`.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        let messages: Vec<serde_json::Value> = messages.iter().map(ChatMessage::to_template_value).collect();
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Compile(e.to_string()))?;
+        template
+            .render(minijinja::context! {
+                messages => Value::from_serialize(&messages),
+                tools => tools.map(Value::from_serialize),
+                add_generation_prompt => add_generation_prompt,
+                bos_token => &self.bos_token,
+                eos_token => &self.eos_token,
+            })
+            .map_err(|e| {
+                let message = match (e.kind(), e.detail()) {
+                    (ErrorKind::InvalidOperation, Some(detail)) => detail.to_string(),
+                    _ => e.to_string(),
+                };
+                TemplateError::Render(message)
+            })
+    }
+}
+
+/// `raise_exception(message)`: templates use it to reject conversations they cannot render.
+fn raise_exception(message: String) -> Result<Value, minijinja::Error> {
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// `strftime_now(format)`: the local time in a strftime format (Llama 3.x templates print it).
+fn strftime_now(format: String) -> Result<Value, minijinja::Error> {
+    let mut out = String::new();
+    write!(out, "{}", chrono::Local::now().format(&format))
+        .map_err(|_| minijinja::Error::new(ErrorKind::InvalidOperation, format!("bad strftime format {format:?}")))?;
+    Ok(Value::from(out))
+}
+
+/// `tojson`, matching Python's `json.dumps` so prompts are byte-identical to transformers'.
+fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    // Accepted for compatibility; transformers' defaults are what is produced either way.
+    let _: Option<bool> = kwargs.get("ensure_ascii")?;
+    let _: Option<bool> = kwargs.get("sort_keys")?;
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(&value)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    Ok(Value::from_safe_string(pyjson::dumps(&json, indent)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::Role;
+
+    fn gemma() -> ChatTemplate {
+        ChatTemplate::new(GEMMA_TEMPLATE, "<bos>", "<eos>").expect("gemma template compiles")
+    }
+
+    #[test]
+    fn gemma_folds_the_system_prompt_into_the_first_user_turn() {
+        let prompt = gemma()
+            .render(
+                &[ChatMessage::system("Be brief."), ChatMessage::user(" Hi! "), ChatMessage::assistant("Hello."), ChatMessage::user("Bye")],
+                None,
+                true,
+            )
+            .expect("renders");
+        assert_eq!(
+            prompt,
+            "<bos><start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+        );
+    }
+
+    #[test]
+    fn gemma_without_system_and_without_generation_prompt() {
+        let prompt = gemma().render(&[ChatMessage::user("Hi")], None, false).expect("renders");
+        assert_eq!(prompt, "<bos><start_of_turn>user\nHi<end_of_turn>\n");
+    }
+
+    #[test]
+    fn raise_exception_becomes_a_render_error_with_its_message() {
+        let t = ChatTemplate::new("{{ raise_exception('Only user and assistant roles are supported!') }}", "", "")
+            .expect("compiles");
+        let err = t.render(&[ChatMessage::user("x")], None, true).expect_err("raises");
+        assert!(matches!(&err, TemplateError::Render(m) if m == "Only user and assistant roles are supported!"), "{err}");
+    }
+
+    #[test]
+    fn tojson_matches_python_json_dumps() {
+        let t = ChatTemplate::new("{{ tools | tojson }}|{{ tools[0] | tojson(indent=2) }}", "", "").expect("compiles");
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"b": 1, "a": "é"}}}]);
+        let out = t.render(&[], Some(&tools), false).expect("renders");
+        assert_eq!(
+            out,
+            "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"b\": 1, \"a\": \"é\"}}}]|{\n  \"type\": \"function\",\n  \"function\": {\n    \"name\": \"get_weather\",\n    \"parameters\": {\n      \"b\": 1,\n      \"a\": \"é\"\n    }\n  }\n}"
+        );
+    }
+
+    #[test]
+    fn strftime_now_and_python_string_methods_work() {
+        let t = ChatTemplate::new("{{ strftime_now('%Y') | length }}|{{ ' x '.strip() }}|{{ 'a,b'.split(',') | length }}", "", "")
+            .expect("compiles");
+        assert_eq!(t.render(&[], None, false).expect("renders"), "4|x|2");
+    }
+
+    #[test]
+    fn tool_call_arguments_reach_templates_as_objects() {
+        let t = ChatTemplate::new("{{ messages[0].tool_calls[0].function.arguments.city }}", "", "").expect("compiles");
+        let mut message = ChatMessage::new(Role::Assistant, "");
+        message.tool_calls.push(crate::chat::ToolCall {
+            id: "call_1".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"city": "Paris"}"#.into(),
+        });
+        assert_eq!(t.render(&[message], None, false).expect("renders"), "Paris");
+    }
+
+    #[test]
+    fn missing_template_for_unknown_architecture_is_an_error_not_chatml() {
+        let facts = ModelTemplateFacts { architecture: "llama".into(), ..Default::default() };
+        assert!(matches!(ChatTemplate::for_model(&facts, None), Err(TemplateError::Missing(a)) if a == "llama"));
+    }
+
+    #[test]
+    fn gemma_architecture_without_template_gets_the_builtin() {
+        let facts = ModelTemplateFacts { architecture: "gemma3".into(), ..Default::default() };
+        let (_, source) = ChatTemplate::for_model(&facts, None).expect("builtin");
+        assert_eq!(source, TemplateSource::Builtin("gemma"));
+    }
+}

@@ -1,0 +1,97 @@
+//! Engine configuration as plain data (the CLI maps its flags onto it).
+
+use std::path::PathBuf;
+
+/// Flash attention policy, as llama.cpp's `--flash-attn`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FlashAttention {
+    /// Let llama.cpp decide per backend.
+    #[default]
+    Auto,
+    /// Always on.
+    On,
+    /// Always off.
+    Off,
+}
+
+/// Everything needed to start an [`Engine`](crate::Engine).
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Path of the GGUF model.
+    pub model_path: PathBuf,
+    /// Context size in tokens; `None`: the model's training context, at most 8192.
+    pub ctx_size: Option<u32>,
+    /// Threads for generation (one token at a time).
+    pub threads: u32,
+    /// Threads for prompt evaluation.
+    pub threads_batch: u32,
+    /// Logical batch: most prompt tokens submitted per decode call.
+    pub batch_size: u32,
+    /// Physical batch: most tokens llama.cpp computes at once.
+    pub ubatch_size: u32,
+    /// Layers offloaded to the GPU (ignored by CPU builds).
+    pub n_gpu_layers: u32,
+    /// Flash attention policy.
+    pub flash_attention: FlashAttention,
+    /// Keep the full-size KV cache for sliding-window layers, so any cut of the prompt can be
+    /// reused. Off saves memory on SWA models but forces a full prefill when a cut falls outside
+    /// the window.
+    pub swa_full: bool,
+    /// Lock the model in RAM.
+    pub mlock: bool,
+    /// Memory-map the model file (faster start, pages shared with the page cache).
+    pub mmap: bool,
+    /// A Jinja chat template overriding the one in the GGUF.
+    pub chat_template_file: Option<PathBuf>,
+    /// How many requests may wait while one is generating.
+    pub queue_size: usize,
+}
+
+impl EngineConfig {
+    /// Defaults for a model path: sizes like llama-server's, threads = physical cores.
+    #[must_use]
+    pub fn new(model_path: impl Into<PathBuf>) -> Self {
+        let cores = physical_cores();
+        Self {
+            model_path: model_path.into(),
+            ctx_size: None,
+            threads: cores,
+            threads_batch: cores,
+            batch_size: 2048,
+            ubatch_size: 512,
+            n_gpu_layers: 999,
+            flash_attention: FlashAttention::Auto,
+            swa_full: true,
+            mlock: false,
+            mmap: true,
+            chat_template_file: None,
+            queue_size: 16,
+        }
+    }
+}
+
+/// Number of physical CPU cores (hyper-threads share execution units, which hurts llama.cpp's
+/// spinning worker threads); falls back to the logical count where it cannot tell.
+#[must_use]
+pub fn physical_cores() -> u32 {
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else { return logical };
+    let mut cores = std::collections::HashSet::new();
+    let mut physical_id = "";
+    for line in cpuinfo.lines() {
+        if let Some((key, value)) = line.split_once(':') {
+            match key.trim() {
+                "physical id" => physical_id = value.trim(),
+                "core id" => {
+                    cores.insert((physical_id.to_string(), value.trim().to_string()));
+                }
+                _ => {}
+            }
+        }
+    }
+    if cores.is_empty() {
+        logical
+    } else {
+        (cores.len() as u32).min(logical).max(1)
+    }
+}

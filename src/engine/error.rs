@@ -1,0 +1,80 @@
+//! Everything that can go wrong in the engine, as values callers can act on.
+
+use std::path::PathBuf;
+
+use crate::chat::TemplateError;
+
+/// An engine failure. The API layer maps each variant to one HTTP status in one place.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The model file does not exist or cannot be read.
+    #[error("cannot read model file {path}: {reason}")]
+    ModelUnreadable {
+        /// The path given.
+        path: PathBuf,
+        /// What the OS said.
+        reason: String,
+    },
+    /// llama.cpp refused the file (corrupt, not GGUF, unsupported architecture).
+    #[error("llama.cpp could not load {path} (corrupt file, not GGUF, or an unsupported architecture; run with RUST_LOG=llama_cpp_2=info for its log)")]
+    ModelLoad {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The inference context could not be created (often: not enough memory for the KV cache).
+    #[error("could not create a {n_ctx}-token context: {reason}")]
+    ContextCreate {
+        /// Requested context size.
+        n_ctx: u32,
+        /// What went wrong.
+        reason: String,
+    },
+    /// No usable chat template could be found or compiled.
+    #[error("chat template: {0}")]
+    TemplateSetup(String),
+    /// The model is still loading.
+    #[error("the model is still loading")]
+    Loading,
+    /// Loading failed earlier; the engine cannot serve.
+    #[error("the model failed to load: {0}")]
+    LoadFailed(String),
+    /// Too many requests are already waiting.
+    #[error("server busy: {capacity} requests are already waiting")]
+    QueueFull {
+        /// The queue's capacity.
+        capacity: usize,
+    },
+    /// The engine is shutting down.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    /// Rendering the chat template failed for these messages.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// The prompt rendered to no tokens.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// A prompt token id is outside the vocabulary.
+    #[error("token id {token} is outside the vocabulary (0..{n_vocab})")]
+    InvalidToken {
+        /// The offending id.
+        token: i32,
+        /// Vocabulary size.
+        n_vocab: i32,
+    },
+    /// Prompt plus requested completion do not fit the context.
+    #[error("this request needs {needed} tokens ({prompt_tokens} in the prompt + {max_tokens} to generate) but the context holds {n_ctx}; shorten the prompt or lower max_tokens")]
+    ContextOverflow {
+        /// Tokens in the prompt.
+        prompt_tokens: u32,
+        /// Tokens requested for the completion.
+        max_tokens: u32,
+        /// Their sum.
+        needed: u32,
+        /// Context size.
+        n_ctx: u32,
+    },
+    /// llama.cpp failed to evaluate a batch.
+    #[error("llama.cpp decode failed: {0}")]
+    Decode(String),
+}

@@ -1,0 +1,267 @@
+//! The inference engine: one thread owns llama.cpp's model and its one long-lived context.
+//!
+//! Callers hold a cheap, clonable [`Engine`] handle. [`Engine::submit`] renders the prompt,
+//! queues the request (bounded FIFO) and returns a [`Generation`]: a stream of [`Event`]s. The
+//! inference thread reuses the longest token prefix its KV cache shares with each new prompt and
+//! prefills only the rest. Dropping a `Generation` cancels it at the next token.
+
+mod config;
+mod error;
+mod prefix;
+mod request;
+mod sampling;
+mod text;
+mod worker;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::{mpsc as tokio_mpsc, Notify};
+
+use crate::chat::ChatTemplate;
+pub use crate::chat::TemplateSource;
+
+pub use config::{physical_cores, EngineConfig, FlashAttention};
+pub use error::EngineError;
+pub use request::{Event, FinishReason, GenerationRequest, Prompt, Timings, Usage};
+pub use sampling::SamplingParams;
+
+/// The linked llama.cpp, as vendored by the pinned `llama-cpp-sys-2` crate.
+pub const LLAMA_CPP_BUILD: &str = "llama.cpp vendored by llama-cpp-sys-2 0.1.160";
+
+/// Facts about the loaded model and context.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// Model name shown to clients (the file name without `.gguf`).
+    pub id: String,
+    /// `general.architecture`.
+    pub architecture: String,
+    /// Context size of the live context.
+    pub n_ctx: u32,
+    /// Context size the model was trained with.
+    pub n_ctx_train: u32,
+    /// Vocabulary size.
+    pub n_vocab: i32,
+    /// Sliding-window size, for models with sliding-window attention.
+    pub n_swa: Option<u32>,
+    /// Where the chat template came from.
+    pub template_source: TemplateSource,
+    /// Generation threads.
+    pub threads: u32,
+    /// Prompt-evaluation threads.
+    pub threads_batch: u32,
+}
+
+/// A loaded model's facts plus what rendering needs.
+#[derive(Debug)]
+struct Loaded {
+    info: ModelInfo,
+    template: ChatTemplate,
+}
+
+impl Loaded {
+    /// Renders chat prompts through the template; other prompts pass through.
+    fn render(&self, prompt: &Prompt) -> Result<worker::PromptInput, EngineError> {
+        Ok(match prompt {
+            Prompt::Chat { messages, tools } => {
+                worker::PromptInput::Text(self.template.render(messages, tools.as_ref(), true)?)
+            }
+            Prompt::Text(text) => worker::PromptInput::Text(text.clone()),
+            Prompt::Tokens(tokens) => worker::PromptInput::Tokens(tokens.clone()),
+        })
+    }
+}
+
+#[derive(Debug)]
+enum LoadState {
+    Loading,
+    Ready(Arc<Loaded>),
+    Failed(EngineError),
+}
+
+/// What the inference thread is asked to do, in queue order.
+enum Command {
+    Generate(Job),
+    Tokenize { prompt: worker::PromptInput, reply: mpsc::Sender<Result<Vec<i32>, EngineError>> },
+}
+
+/// A queued request: tokens or text to evaluate, and where its events go.
+struct Job {
+    prompt: worker::PromptInput,
+    request: GenerationRequest,
+    events: tokio_mpsc::UnboundedSender<Event>,
+}
+
+struct Shared {
+    state: Mutex<LoadState>,
+    state_changed: Condvar,
+    state_notify: Notify,
+    commands: SyncSender<Command>,
+    queue_size: usize,
+    shutting_down: Arc<AtomicBool>,
+}
+
+/// Handle to the inference thread. Cheap to clone; the thread stops when the last handle is
+/// dropped or [`Engine::shutdown`] is called.
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("state", &*self.shared.state.lock()).finish()
+    }
+}
+
+impl Engine {
+    /// Starts the inference thread and returns at once; the model loads in the background.
+    /// Use [`Engine::wait_ready`] (async) or [`Engine::wait_ready_blocking`].
+    ///
+    /// # Panics
+    /// If the OS cannot start a thread.
+    #[must_use]
+    pub fn spawn(config: EngineConfig) -> Self {
+        let (commands, command_rx) = mpsc::sync_channel(config.queue_size);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(LoadState::Loading),
+            state_changed: Condvar::new(),
+            state_notify: Notify::new(),
+            commands,
+            queue_size: config.queue_size,
+            shutting_down: Arc::new(AtomicBool::new(false)),
+        });
+        let reporter = Arc::downgrade(&shared);
+        let shutting_down = Arc::clone(&shared.shutting_down);
+        std::thread::Builder::new()
+            .name("firstword-inference".into())
+            .spawn(move || {
+                let report = move |result: Result<(ModelInfo, ChatTemplate), EngineError>| {
+                    if let Some(shared) = reporter.upgrade() {
+                        *shared.state.lock() = match result {
+                            Ok((info, template)) => LoadState::Ready(Arc::new(Loaded { info, template })),
+                            Err(e) => LoadState::Failed(e),
+                        };
+                        shared.state_changed.notify_all();
+                        shared.state_notify.notify_waiters();
+                    }
+                };
+                worker::run(&config, report, &command_rx, &shutting_down);
+            })
+            .expect("spawn the inference thread");
+        Self { shared }
+    }
+
+    /// Starts the engine and blocks until the model is loaded.
+    ///
+    /// # Errors
+    /// The load failure: missing or corrupt model, context too large for memory, no template.
+    pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
+        let engine = Self::spawn(config);
+        engine.wait_ready_blocking()?;
+        Ok(engine)
+    }
+
+    /// Blocks until the model is loaded.
+    ///
+    /// # Errors
+    /// The load failure.
+    pub fn wait_ready_blocking(&self) -> Result<ModelInfo, EngineError> {
+        let mut state = self.shared.state.lock();
+        loop {
+            match &*state {
+                LoadState::Loading => self.shared.state_changed.wait(&mut state),
+                LoadState::Ready(loaded) => return Ok(loaded.info.clone()),
+                LoadState::Failed(e) => return Err(e.clone()),
+            }
+        }
+    }
+
+    /// Waits until the model is loaded.
+    ///
+    /// # Errors
+    /// The load failure.
+    pub async fn wait_ready(&self) -> Result<ModelInfo, EngineError> {
+        loop {
+            let notified = self.shared.state_notify.notified();
+            match self.loaded() {
+                Ok(loaded) => return Ok(loaded.info.clone()),
+                Err(EngineError::Loading) => notified.await,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Facts about the model, once loaded.
+    ///
+    /// # Errors
+    /// [`EngineError::Loading`] while loading, or the load failure.
+    pub fn model_info(&self) -> Result<ModelInfo, EngineError> {
+        self.loaded().map(|loaded| loaded.info.clone())
+    }
+
+    fn loaded(&self) -> Result<Arc<Loaded>, EngineError> {
+        match &*self.shared.state.lock() {
+            LoadState::Loading => Err(EngineError::Loading),
+            LoadState::Ready(loaded) => Ok(Arc::clone(loaded)),
+            LoadState::Failed(e) => Err(EngineError::LoadFailed(e.to_string())),
+        }
+    }
+
+    /// Renders and queues a request. Events arrive on the returned [`Generation`]; the first is
+    /// `Started` or `Failed` (e.g. the prompt does not fit the context).
+    ///
+    /// # Errors
+    /// Not loaded yet, shutting down, queue full, or the chat template rejected the messages.
+    pub fn submit(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
+        let loaded = self.loaded()?;
+        if self.shared.shutting_down.load(Ordering::Relaxed) {
+            return Err(EngineError::ShuttingDown);
+        }
+        let prompt = loaded.render(&request.prompt)?;
+        let (events, receiver) = tokio_mpsc::unbounded_channel();
+        match self.shared.commands.try_send(Command::Generate(Job { prompt, request, events })) {
+            Ok(()) => Ok(Generation { events: receiver }),
+            Err(TrySendError::Full(_)) => Err(EngineError::QueueFull { capacity: self.shared.queue_size }),
+            Err(TrySendError::Disconnected(_)) => Err(EngineError::ShuttingDown),
+        }
+    }
+
+    /// Tokenizes a prompt exactly as a generation would (template, BOS handling). Waits its turn
+    /// in the queue; blocks the current thread (not for use inside an async runtime).
+    ///
+    /// # Errors
+    /// Not loaded, shutting down, template rejection, or an empty prompt.
+    pub fn tokenize_blocking(&self, prompt: &Prompt) -> Result<Vec<i32>, EngineError> {
+        let prompt = self.loaded()?.render(prompt)?;
+        let (reply, answer) = mpsc::channel();
+        self.shared.commands.send(Command::Tokenize { prompt, reply }).map_err(|_| EngineError::ShuttingDown)?;
+        answer.recv().map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    /// Stops serving: the running generation ends with [`EngineError::ShuttingDown`] at its next
+    /// token, queued ones fail the same way, and new submissions are refused.
+    pub fn shutdown(&self) {
+        self.shared.shutting_down.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The events of one request. Dropping it cancels the generation at its next token.
+#[derive(Debug)]
+pub struct Generation {
+    events: tokio_mpsc::UnboundedReceiver<Event>,
+}
+
+impl Generation {
+    /// The next event; `None` after `Finished` or `Failed`.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.events.recv().await
+    }
+
+    /// The next event, blocking the current thread (not for use inside an async runtime).
+    pub fn next_blocking(&mut self) -> Option<Event> {
+        self.events.blocking_recv()
+    }
+}

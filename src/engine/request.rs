@@ -1,0 +1,107 @@
+//! What callers send to the engine and the events they get back.
+//!
+//! These are the engine's own types: the HTTP layer translates OpenAI wire types into them and
+//! back, so the engine knows nothing about JSON or SSE.
+
+use std::time::Duration;
+
+use crate::chat::ChatMessage;
+use crate::engine::{EngineError, SamplingParams};
+
+/// The text to continue.
+#[derive(Clone, Debug)]
+pub enum Prompt {
+    /// A conversation, rendered through the model's chat template with a generation prompt.
+    Chat {
+        /// The conversation so far.
+        messages: Vec<ChatMessage>,
+        /// Tool definitions (OpenAI `tools` array) passed to templates that use them.
+        tools: Option<serde_json::Value>,
+    },
+    /// Raw text, tokenized as is (special tokens in it are parsed).
+    Text(String),
+    /// Token ids, evaluated as given.
+    Tokens(Vec<i32>),
+}
+
+/// One generation request.
+#[derive(Clone, Debug)]
+pub struct GenerationRequest {
+    /// What to continue.
+    pub prompt: Prompt,
+    /// Most tokens to generate; `None` means until the context is full. `Some(0)` only prefills
+    /// the prompt into the cache (useful to warm it before the user finishes speaking).
+    pub max_tokens: Option<u32>,
+    /// Generation ends before the first occurrence of any of these strings.
+    pub stop: Vec<String>,
+    /// How tokens are chosen.
+    pub sampling: SamplingParams,
+}
+
+impl GenerationRequest {
+    /// A chat request with default sampling and no limits.
+    #[must_use]
+    pub fn chat(messages: Vec<ChatMessage>) -> Self {
+        Self {
+            prompt: Prompt::Chat { messages, tools: None },
+            max_tokens: None,
+            stop: Vec::new(),
+            sampling: SamplingParams::default(),
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The model ended its turn or a stop string was reached.
+    Stop,
+    /// `max_tokens` or the context size was reached.
+    Length,
+}
+
+/// Token counts of one request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Tokens in the prompt, cached ones included.
+    pub prompt_tokens: u32,
+    /// Prompt tokens whose KV was reused from the previous request.
+    pub cached_tokens: u32,
+    /// Tokens generated.
+    pub completion_tokens: u32,
+}
+
+/// Where the time of one request went.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Timings {
+    /// Time spent evaluating the uncached part of the prompt.
+    pub prompt: Duration,
+    /// Time from the first to the last generated token.
+    pub generation: Duration,
+}
+
+/// Events of one generation, in order: `Started`, any number of `Text`, then `Finished` or
+/// `Failed`. A `Failed` may also come first, instead of `Started`.
+#[derive(Debug)]
+pub enum Event {
+    /// The prompt was accepted and is being evaluated.
+    Started {
+        /// Tokens in the prompt.
+        prompt_tokens: u32,
+        /// Of these, how many the KV cache already held.
+        cached_tokens: u32,
+    },
+    /// Newly generated text (whole UTF-8 characters, stop strings withheld).
+    Text(String),
+    /// Generation ended normally.
+    Finished {
+        /// Why it ended.
+        reason: FinishReason,
+        /// Token counts.
+        usage: Usage,
+        /// Time spent.
+        timings: Timings,
+    },
+    /// Generation could not start or was interrupted.
+    Failed(EngineError),
+}

@@ -1,0 +1,411 @@
+//! The inference thread: owns the backend, the model and one long-lived context, and serves
+//! queued jobs one at a time, reusing the KV cache's longest common token prefix.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::{send_logs_to_tracing, LogOptions};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::prefix::{plan_reuse, window_covers};
+use super::sampling::build_sampler;
+use super::text::{StopMatcher, StopScan, Utf8Stream};
+use super::{Command, EngineConfig, EngineError, Event, FinishReason, FlashAttention, Job, ModelInfo, Timings, Usage};
+use crate::chat::{ChatTemplate, ModelTemplateFacts};
+
+/// A prompt after template rendering, before tokenization.
+#[derive(Debug)]
+pub(crate) enum PromptInput {
+    Text(String),
+    Tokens(Vec<i32>),
+}
+
+/// Context size used when the user gives none: enough for a long system prompt and a
+/// conversation, without allocating a 32K+ KV cache nobody asked for.
+const DEFAULT_CTX_CAP: u32 = 8192;
+
+/// llama.cpp's backend is process-wide and may be initialised once; every engine in the
+/// process shares it (tests, a draft model).
+fn backend() -> Result<&'static LlamaBackend, EngineError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            send_logs_to_tracing(LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| EngineError::LoadFailed(format!("llama.cpp backend: {e}")))
+}
+
+/// Body of the inference thread.
+pub(super) fn run(
+    config: &EngineConfig,
+    report: impl FnOnce(Result<(ModelInfo, ChatTemplate), EngineError>),
+    commands: &Receiver<Command>,
+    shutting_down: &AtomicBool,
+) {
+    let loaded = backend().and_then(|backend| load_model(backend, config).map(|model| (backend, model)));
+    let (backend, model) = match loaded {
+        Ok(pair) => pair,
+        Err(e) => return report(Err(e)),
+    };
+    let session = Session::new(backend, &model, config, shutting_down);
+    let mut session = match session {
+        Ok((session, info, template)) => {
+            report(Ok((info, template)));
+            session
+        }
+        Err(e) => return report(Err(e)),
+    };
+    loop {
+        match commands.recv_timeout(Duration::from_millis(200)) {
+            Ok(Command::Generate(job)) if shutting_down.load(Ordering::Relaxed) => {
+                let _ = job.events.send(Event::Failed(EngineError::ShuttingDown));
+            }
+            // The client left while the request was queued: drop it without running.
+            Ok(Command::Generate(job)) if job.events.is_closed() => {}
+            Ok(Command::Generate(job)) => session.serve(job),
+            Ok(Command::Tokenize { prompt, reply }) => {
+                let tokens = session.tokenize(prompt).map(|tokens| tokens.into_iter().map(|t| t.0).collect());
+                let _ = reply.send(tokens);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+}
+
+fn load_model(backend: &LlamaBackend, config: &EngineConfig) -> Result<LlamaModel, EngineError> {
+    let path = &config.model_path;
+    std::fs::File::open(path)
+        .map_err(|e| EngineError::ModelUnreadable { path: path.clone(), reason: e.to_string() })?;
+    let params = LlamaModelParams::default()
+        .with_n_gpu_layers(config.n_gpu_layers)
+        .with_use_mmap(config.mmap)
+        .with_use_mlock(config.mlock);
+    LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::ModelLoad { path: path.clone() })
+}
+
+/// The live context and the exact token list its KV cache holds (prompt and generated tokens).
+struct Session<'m> {
+    model: &'m LlamaModel,
+    ctx: LlamaContext<'m>,
+    cached: Vec<LlamaToken>,
+    n_swa: Option<u32>,
+    n_batch: usize,
+    bos_text: String,
+    shutting_down: &'m AtomicBool,
+}
+
+/// How a generation loop ended.
+enum Outcome {
+    Finished(FinishReason),
+    /// The client went away; nothing more to send.
+    Cancelled,
+    Failed(EngineError),
+}
+
+impl<'m> Session<'m> {
+    fn new(
+        backend: &LlamaBackend,
+        model: &'m LlamaModel,
+        config: &EngineConfig,
+        shutting_down: &'m AtomicBool,
+    ) -> Result<(Self, ModelInfo, ChatTemplate), EngineError> {
+        let architecture = model.meta_val_str("general.architecture").unwrap_or_default();
+        let n_swa = model
+            .meta_val_str(&format!("{architecture}.attention.sliding_window"))
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|&n| n > 0);
+        let n_ctx_train = model.n_ctx_train();
+        let n_ctx = config.ctx_size.unwrap_or_else(|| n_ctx_train.min(DEFAULT_CTX_CAP)).max(16);
+        let flash = match config.flash_attention {
+            FlashAttention::Auto => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO,
+            FlashAttention::On => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            FlashAttention::Off => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        };
+        let n_batch = config.batch_size.clamp(1, n_ctx);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(n_batch)
+            .with_n_ubatch(config.ubatch_size.clamp(1, n_batch))
+            .with_n_threads(config.threads.max(1) as i32)
+            .with_n_threads_batch(config.threads_batch.max(1) as i32)
+            .with_flash_attention_policy(flash)
+            .with_swa_full(config.swa_full);
+        let ctx = model
+            .new_context(backend, params)
+            .map_err(|e| EngineError::ContextCreate { n_ctx, reason: e.to_string() })?;
+
+        let vocab = model.vocab();
+        let token_text = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
+        let bos_text = token_text(vocab.bos());
+        let facts = ModelTemplateFacts {
+            gguf_template: model.chat_template(None).ok().and_then(|t| t.to_string().ok()),
+            architecture: architecture.clone(),
+            bos_token: bos_text.clone(),
+            eos_token: token_text(vocab.eos()),
+        };
+        let (template, template_source) = ChatTemplate::for_model(&facts, config.chat_template_file.as_deref())
+            .map_err(|e| EngineError::TemplateSetup(e.to_string()))?;
+
+        let id = config
+            .model_path
+            .file_name()
+            .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
+            .unwrap_or_default();
+        let info = ModelInfo {
+            id,
+            architecture,
+            n_ctx: ctx.n_ctx(),
+            n_ctx_train,
+            n_vocab: model.n_vocab(),
+            n_swa,
+            template_source,
+            threads: config.threads,
+            threads_batch: config.threads_batch,
+        };
+        let session = Self {
+            model,
+            ctx,
+            cached: Vec::new(),
+            n_swa,
+            n_batch: n_batch as usize,
+            bos_text,
+            shutting_down,
+        };
+        Ok((session, info, template))
+    }
+
+    fn tokenize(&self, prompt: PromptInput) -> Result<Vec<LlamaToken>, EngineError> {
+        let vocab = self.model.vocab();
+        let tokens = match prompt {
+            PromptInput::Text(text) => {
+                // A template that writes the BOS text itself must not get a second one.
+                let add_bos = vocab.should_add_bos() && !(!self.bos_text.is_empty() && text.starts_with(&self.bos_text));
+                vocab.tokenize(text.as_bytes(), add_bos, true)
+            }
+            PromptInput::Tokens(ids) => {
+                let n_vocab = self.model.n_vocab();
+                if let Some(&token) = ids.iter().find(|&&t| t < 0 || t >= n_vocab) {
+                    return Err(EngineError::InvalidToken { token, n_vocab });
+                }
+                ids.into_iter().map(LlamaToken).collect()
+            }
+        };
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        Ok(tokens)
+    }
+
+    fn serve(&mut self, job: Job) {
+        let Job { prompt, request, events } = job;
+        let tokens = match self.tokenize(prompt) {
+            Ok(tokens) => tokens,
+            Err(e) => {
+                let _ = events.send(Event::Failed(e));
+                return;
+            }
+        };
+        let n_ctx = self.ctx.n_ctx();
+        let prompt_tokens = tokens.len() as u32;
+        let requested = request.max_tokens.unwrap_or(0);
+        if prompt_tokens >= n_ctx || prompt_tokens.saturating_add(requested) > n_ctx {
+            let _ = events.send(Event::Failed(EngineError::ContextOverflow {
+                prompt_tokens,
+                max_tokens: requested,
+                needed: prompt_tokens.saturating_add(requested),
+                n_ctx,
+            }));
+            return;
+        }
+        let limit = request.max_tokens.unwrap_or(n_ctx - prompt_tokens);
+
+        let keep = self.reuse_prefix(&tokens);
+        if events.send(Event::Started { prompt_tokens, cached_tokens: keep as u32 }).is_err() {
+            return;
+        }
+        let prefill_start = Instant::now();
+        let logits_index = match self.prefill(&tokens[keep..], &events) {
+            Ok(Some(index)) => index,
+            Ok(None) => return,
+            Err(e) => {
+                let _ = events.send(Event::Failed(e));
+                return;
+            }
+        };
+        let prompt_time = prefill_start.elapsed();
+
+        let generation_start = Instant::now();
+        let mut generated = Generated::default();
+        let outcome = self.generate(&request, limit, logits_index, &events, &mut generated);
+        let usage = Usage { prompt_tokens, cached_tokens: keep as u32, completion_tokens: generated.count };
+        match outcome {
+            Outcome::Finished(reason) => {
+                let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed() };
+                let _ = events.send(Event::Finished { reason, usage, timings });
+            }
+            Outcome::Failed(e) => {
+                let _ = events.send(Event::Failed(e));
+            }
+            Outcome::Cancelled => tracing::debug!("client left; generation stopped"),
+        }
+        // The last sampled token (often end-of-turn) is part of the next prompt too: evaluate
+        // it now, after the response went out, so the next turn reuses it.
+        if let Some(token) = generated.pending {
+            if self.cached.len() < n_ctx as usize {
+                if let Err(e) = self.decode(&[token], false) {
+                    tracing::warn!("evaluating the last token for the cache failed: {e}");
+                }
+            }
+        }
+    }
+
+    /// Cuts the KV cache to the longest prefix shared with `tokens`; returns how many it kept.
+    fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> usize {
+        let mut keep = plan_reuse(&self.cached, tokens);
+        if keep > 0 && !window_covers(self.ctx.kv_cache_seq_pos_min(0), keep, self.n_swa) {
+            tracing::info!(
+                keep,
+                n_swa = self.n_swa,
+                pos_min = self.ctx.kv_cache_seq_pos_min(0),
+                "the sliding-window cache no longer holds what this prefix needs; prefilling in full"
+            );
+            keep = 0;
+        }
+        if keep > 0 && self.ctx.kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
+            tracing::warn!(keep, "llama.cpp could not cut the KV cache; prefilling in full");
+            keep = 0;
+        }
+        if keep == 0 {
+            self.ctx.clear_kv_cache();
+        }
+        self.cached.truncate(keep);
+        keep
+    }
+
+    /// Evaluates `tokens` after the cache in `n_batch` chunks. Returns the batch index holding
+    /// the last token's logits, or `None` if the client left or the engine is stopping.
+    fn prefill(
+        &mut self,
+        tokens: &[LlamaToken],
+        events: &UnboundedSender<Event>,
+    ) -> Result<Option<i32>, EngineError> {
+        let mut last_index = 0;
+        let chunks = tokens.len().div_ceil(self.n_batch);
+        for (i, chunk) in tokens.chunks(self.n_batch).enumerate() {
+            if self.shutting_down.load(Ordering::Relaxed) {
+                let _ = events.send(Event::Failed(EngineError::ShuttingDown));
+                return Ok(None);
+            }
+            if events.is_closed() {
+                return Ok(None);
+            }
+            last_index = self.decode(chunk, i + 1 == chunks)?;
+        }
+        Ok(Some(last_index))
+    }
+
+    /// Evaluates tokens at the next cache positions and records them as cached. With
+    /// `want_logits`, the last token gets logits; returns its batch index. On failure the cache
+    /// is cleared, since llama.cpp's state is then unknown.
+    fn decode(&mut self, tokens: &[LlamaToken], want_logits: bool) -> Result<i32, EngineError> {
+        let start = self.cached.len();
+        let mut batch = LlamaBatch::new(tokens.len(), 1);
+        for (i, &token) in tokens.iter().enumerate() {
+            let logits = want_logits && i + 1 == tokens.len();
+            batch.add(token, (start + i) as i32, &[0], logits).map_err(|e| EngineError::Decode(e.to_string()))?;
+        }
+        if let Err(e) = self.ctx.decode(&mut batch) {
+            self.ctx.clear_kv_cache();
+            self.cached.clear();
+            return Err(EngineError::Decode(e.to_string()));
+        }
+        self.cached.extend_from_slice(tokens);
+        Ok(batch.n_tokens() - 1)
+    }
+
+    fn generate(
+        &mut self,
+        request: &super::GenerationRequest,
+        limit: u32,
+        mut logits_index: i32,
+        events: &UnboundedSender<Event>,
+        generated: &mut Generated,
+    ) -> Outcome {
+        let vocab = self.model.vocab();
+        let mut sampler = build_sampler(&request.sampling, self.model.n_vocab());
+        let mut utf8 = Utf8Stream::default();
+        let mut stops = StopMatcher::new(&request.stop);
+        let n_ctx = self.ctx.n_ctx() as usize;
+        let send = |text: String| text.is_empty() || events.send(Event::Text(text)).is_ok();
+        let reason = loop {
+            if generated.count >= limit {
+                break FinishReason::Length;
+            }
+            if self.shutting_down.load(Ordering::Relaxed) {
+                return Outcome::Failed(EngineError::ShuttingDown);
+            }
+            if events.is_closed() {
+                return Outcome::Cancelled;
+            }
+            let token = sampler.sample(&self.ctx, logits_index);
+            if vocab.is_eog(token) {
+                generated.pending = Some(token);
+                break FinishReason::Stop;
+            }
+            generated.count += 1;
+            let text = utf8.push(&vocab.token_to_piece(token, false, None));
+            match stops.push(&text) {
+                StopScan::Continue(text) => {
+                    if !send(text) {
+                        return Outcome::Cancelled;
+                    }
+                }
+                StopScan::Stopped(text) => {
+                    generated.pending = Some(token);
+                    return if send(text) { Outcome::Finished(FinishReason::Stop) } else { Outcome::Cancelled };
+                }
+            }
+            if generated.count >= limit || self.cached.len() >= n_ctx {
+                generated.pending = Some(token);
+                break FinishReason::Length;
+            }
+            logits_index = match self.decode(&[token], true) {
+                Ok(index) => index,
+                Err(e) => return Outcome::Failed(e),
+            };
+        };
+        // Release what was held back: an unfinished character, text that looked like a stop.
+        let (reason, tail) = match stops.push(&utf8.finish()) {
+            StopScan::Continue(text) => (reason, text + &stops.finish()),
+            StopScan::Stopped(text) => (FinishReason::Stop, text),
+        };
+        if send(tail) {
+            Outcome::Finished(reason)
+        } else {
+            Outcome::Cancelled
+        }
+    }
+}
+
+/// What a generation produced, for usage counts and the cache.
+#[derive(Default)]
+struct Generated {
+    /// Tokens generated (end-of-generation tokens excluded).
+    count: u32,
+    /// The last sampled token, not yet evaluated into the KV cache.
+    pending: Option<LlamaToken>,
+}

@@ -1,0 +1,43 @@
+//! # firstword
+//!
+//! Serves a local GGUF model over an OpenAI-compatible API with the lowest possible time to
+//! first token for one user: one long-lived llama.cpp context, whose KV cache is reused token
+//! by token across requests, so a large system prompt re-sent every turn costs nothing after
+//! the first.
+//!
+//! The crate is usable without HTTP: start an [`Engine`], submit a [`GenerationRequest`], read
+//! [`Event`]s.
+//!
+//! ```no_run
+//! use firstword::{ChatMessage, Engine, EngineConfig, Event, GenerationRequest};
+//!
+//! let engine = Engine::start(EngineConfig::new("models/SmolLM2-135M-Instruct.Q4_1.gguf"))?;
+//! let mut request = GenerationRequest::chat(vec![
+//!     ChatMessage::system("You are a concise assistant."),
+//!     ChatMessage::user("Name three colours."),
+//! ]);
+//! request.max_tokens = Some(32);
+//! let mut generation = engine.submit(request)?;
+//! while let Some(event) = generation.next_blocking() {
+//!     match event {
+//!         Event::Text(text) => print!("{text}"),
+//!         Event::Finished { usage, .. } => println!("\n{} tokens", usage.completion_tokens),
+//!         Event::Failed(e) => return Err(e.into()),
+//!         Event::Started { .. } => {}
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Layout: [`engine`] owns llama.cpp on one thread; [`chat`] renders chat templates; [`api`] is
+//! the HTTP layer and only talks to the engine through its handle.
+
+pub mod api;
+pub mod chat;
+pub mod engine;
+
+pub use chat::{ChatMessage, Role};
+pub use engine::{
+    Engine, EngineConfig, EngineError, Event, FinishReason, Generation, GenerationRequest, ModelInfo, Prompt,
+    SamplingParams, Usage,
+};

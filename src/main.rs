@@ -1,0 +1,183 @@
+//! The `firstword` command line: parses flags, sets up logging, starts the engine and serves.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::LazyLock;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use firstword::engine::{physical_cores, EngineConfig, FlashAttention, LLAMA_CPP_BUILD};
+use firstword::Engine;
+use tracing_subscriber::EnvFilter;
+
+/// `firstword --version`: this crate's version and the llama.cpp it links.
+static VERSION: LazyLock<String> = LazyLock::new(|| format!("{} ({LLAMA_CPP_BUILD})", env!("CARGO_PKG_VERSION")));
+
+/// Lowest time-to-first-token local inference behind an OpenAI-compatible API.
+#[derive(Parser)]
+#[command(version = VERSION.as_str())]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve a GGUF model over the OpenAI chat-completions API.
+    Serve(ServeArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FlashAttnArg {
+    Auto,
+    On,
+    Off,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Path of the GGUF model to serve.
+    #[arg(short = 'm', long = "model", env = "FIRSTWORD_MODEL")]
+    model: PathBuf,
+    /// Address to listen on. The default keeps the server on this machine.
+    #[arg(long, env = "FIRSTWORD_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on.
+    #[arg(long, env = "FIRSTWORD_PORT", default_value_t = 8080)]
+    port: u16,
+    /// Context size in tokens [default: the model's training context, at most 8192].
+    #[arg(short = 'c', long = "ctx-size", env = "FIRSTWORD_CTX_SIZE")]
+    ctx_size: Option<u32>,
+    /// Threads for generation [default: physical cores].
+    #[arg(short = 't', long, env = "FIRSTWORD_THREADS")]
+    threads: Option<u32>,
+    /// Threads for prompt evaluation [default: physical cores].
+    #[arg(long = "threads-batch", env = "FIRSTWORD_THREADS_BATCH")]
+    threads_batch: Option<u32>,
+    /// Logical batch size: most prompt tokens per decode call.
+    #[arg(short = 'b', long = "batch-size", env = "FIRSTWORD_BATCH_SIZE", default_value_t = 2048)]
+    batch_size: u32,
+    /// Physical batch size: most tokens computed at once.
+    #[arg(long = "ubatch-size", visible_alias = "ub", env = "FIRSTWORD_UBATCH_SIZE", default_value_t = 512)]
+    ubatch_size: u32,
+    /// Layers to offload to the GPU (GPU builds only).
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", env = "FIRSTWORD_N_GPU_LAYERS", default_value_t = 999)]
+    n_gpu_layers: u32,
+    /// Flash attention: on, off, or auto (llama.cpp decides per backend).
+    #[arg(long = "flash-attn", visible_alias = "fa", env = "FIRSTWORD_FLASH_ATTN", value_enum, default_value = "auto")]
+    flash_attn: FlashAttnArg,
+    /// For sliding-window models, keep a small window-sized KV cache instead of a full one.
+    /// Saves memory; a turn that edits text older than the window is then prefilled in full.
+    #[arg(long = "swa-small", env = "FIRSTWORD_SWA_SMALL")]
+    swa_small: bool,
+    /// Lock the model in RAM (no swapping).
+    #[arg(long, env = "FIRSTWORD_MLOCK")]
+    mlock: bool,
+    /// Read the model into memory instead of memory-mapping it.
+    #[arg(long = "no-mmap", env = "FIRSTWORD_NO_MMAP")]
+    no_mmap: bool,
+    /// Jinja chat template to use instead of the one in the GGUF.
+    #[arg(long = "chat-template-file", env = "FIRSTWORD_CHAT_TEMPLATE_FILE")]
+    chat_template_file: Option<PathBuf>,
+    /// Requests that may wait while one generates; more get 503 with Retry-After.
+    #[arg(long = "queue-size", env = "FIRSTWORD_QUEUE_SIZE", default_value_t = 16)]
+    queue_size: usize,
+}
+
+impl ServeArgs {
+    fn engine_config(&self) -> EngineConfig {
+        let cores = physical_cores();
+        EngineConfig {
+            ctx_size: self.ctx_size,
+            threads: self.threads.unwrap_or(cores),
+            threads_batch: self.threads_batch.unwrap_or(cores),
+            batch_size: self.batch_size,
+            ubatch_size: self.ubatch_size,
+            n_gpu_layers: self.n_gpu_layers,
+            flash_attention: match self.flash_attn {
+                FlashAttnArg::Auto => FlashAttention::Auto,
+                FlashAttnArg::On => FlashAttention::On,
+                FlashAttnArg::Off => FlashAttention::Off,
+            },
+            swa_full: !self.swa_small,
+            mlock: self.mlock,
+            mmap: !self.no_mmap,
+            chat_template_file: self.chat_template_file.clone(),
+            queue_size: self.queue_size,
+            ..EngineConfig::new(&self.model)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // llama.cpp's own log is routed into tracing under `llama_cpp_2`; quiet unless asked for.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,llama_cpp_2=warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let Command::Serve(args) = cli.command;
+    match serve(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let address: SocketAddr = tokio::net::lookup_host((args.host.as_str(), args.port))
+        .await?
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("cannot resolve {}", args.host))?;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
+    // Listen first, so /health answers 503 while the model loads.
+    let engine = Engine::spawn(args.engine_config());
+    let mut server = tokio::spawn(firstword::api::serve(listener, engine.clone(), shutdown_signal(engine.clone())));
+    let info = tokio::select! {
+        info = engine.wait_ready() => info?,
+        served = &mut server => return served?.map_err(Into::into),
+    };
+    tracing::info!(
+        "firstword {} ready: model {} (arch {}), context {} tokens{}, template {}, threads {}/{} (gen/batch), {}, listening on http://{address}",
+        env!("CARGO_PKG_VERSION"),
+        args.model.display(),
+        info.architecture,
+        info.n_ctx,
+        info.n_swa.map_or(String::new(), |n| format!(", sliding window {n}")),
+        info.template_source,
+        info.threads,
+        info.threads_batch,
+        LLAMA_CPP_BUILD,
+    );
+    // The server ends after a shutdown signal, once open responses have closed.
+    server.await??;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM, after telling the engine to end running generations.
+async fn shutdown_signal(engine: Engine) {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: ending running generations, refusing new requests");
+    engine.shutdown();
+}

@@ -1,0 +1,148 @@
+//! The prefix cache never changes results: a turn that reuses the KV cache produces exactly the
+//! greedy output of a fresh context that evaluates the same token split (prefix, then suffix).
+//! llama.cpp's logits depend on how a prompt is split into batches, so "fresh, same split" is
+//! the bit-exact reference; a fresh full prefill may differ in late tokens.
+
+mod common;
+
+use common::{gemma3_path, long_system_prompt, smollm2_path, test_config};
+use firstword::engine::TemplateSource;
+use firstword::{ChatMessage, Engine, EngineConfig, Event, FinishReason, GenerationRequest, Prompt, SamplingParams, Usage};
+
+/// Runs one greedy request to the end; returns the text, usage and finish reason.
+fn run(engine: &Engine, prompt: Prompt, max_tokens: u32) -> (String, Usage, FinishReason) {
+    let request =
+        GenerationRequest { prompt, max_tokens: Some(max_tokens), stop: Vec::new(), sampling: SamplingParams::greedy() };
+    let mut generation = engine.submit(request).expect("submitted");
+    let mut text = String::new();
+    while let Some(event) = generation.next_blocking() {
+        match event {
+            Event::Text(piece) => text.push_str(&piece),
+            Event::Finished { usage, reason, .. } => return (text, usage, reason),
+            Event::Failed(e) => panic!("generation failed: {e}"),
+            Event::Started { .. } => {}
+        }
+    }
+    panic!("no Finished event");
+}
+
+fn chat(messages: Vec<ChatMessage>) -> Prompt {
+    Prompt::Chat { messages, tools: None }
+}
+
+/// Turn 1 then turn 2 on `reused`; turn 2 again on a fresh engine with the same split.
+/// Returns turn 2's cached token count.
+fn assert_reuse_matches_fresh_split(config: &EngineConfig, turn1: Prompt, turn2: Prompt) -> u32 {
+    let reused = Engine::start(config.clone()).expect("model loads");
+    run(&reused, turn1, 24);
+    let (reused_text, usage, _) = run(&reused, turn2.clone(), 32);
+    drop(reused);
+
+    let fresh = Engine::start(config.clone()).expect("model loads");
+    let tokens = fresh.tokenize_blocking(&turn2).expect("tokenize");
+    assert_eq!(tokens.len() as u32, usage.prompt_tokens);
+    let keep = usage.cached_tokens as usize;
+    if keep > 0 {
+        // Evaluate the prefix alone (no generation), so the suffix is a batch of its own.
+        let (_, prefix_usage, _) = run(&fresh, Prompt::Tokens(tokens[..keep].to_vec()), 0);
+        assert_eq!(prefix_usage.completion_tokens, 0);
+    }
+    let (fresh_text, fresh_usage, _) = run(&fresh, Prompt::Tokens(tokens), 32);
+    assert_eq!(fresh_usage.cached_tokens, usage.cached_tokens, "same split on both sides");
+    assert_eq!(reused_text, fresh_text, "cache reuse changed the output (cut at {keep})");
+    assert!(!reused_text.is_empty());
+    usage.cached_tokens
+}
+
+#[test]
+fn smollm2_reused_turn_equals_fresh_context_with_the_same_split() {
+    let config = test_config(smollm2_path());
+    let system = long_system_prompt(1500);
+    let turn1 = chat(vec![ChatMessage::system(&system), ChatMessage::user("Which facts mention trains?")]);
+    let turn2 = chat(vec![ChatMessage::system(&system), ChatMessage::user("List three facts about gardens.")]);
+    let cached = assert_reuse_matches_fresh_split(&config, turn1, turn2);
+    assert!(cached > 1000, "the system prompt was reused: {cached}");
+}
+
+/// Two system prompts identical for their first ~40%, then different: the cut lands far
+/// (more than the 512-token window) before the end of what the cache holds.
+fn gemma_far_cut_prompts() -> (Prompt, Prompt) {
+    let system = long_system_prompt(1500);
+    let split = system.len() * 2 / 5;
+    let edited = format!("{}Update: all facts below were revised in 2024.\n{}", &system[..split], &system[split..]);
+    (
+        chat(vec![ChatMessage::system(&system), ChatMessage::user("Which facts mention trains?")]),
+        chat(vec![ChatMessage::system(edited), ChatMessage::user("Which facts mention trains?")]),
+    )
+}
+
+/// Same system prompt, different question: the cut lands within the window of the end.
+fn gemma_near_cut_prompts() -> (Prompt, Prompt) {
+    let system = long_system_prompt(1500);
+    (
+        chat(vec![ChatMessage::system(&system), ChatMessage::user("Which facts mention trains?")]),
+        chat(vec![ChatMessage::system(&system), ChatMessage::user("List three facts about gardens.")]),
+    )
+}
+
+#[test]
+fn gemma_full_swa_cache_reuses_cuts_inside_and_outside_the_window_exactly() {
+    let config = test_config(gemma3_path());
+    assert!(config.swa_full, "full SWA cache is the default");
+    let (turn1, turn2) = gemma_near_cut_prompts();
+    let near = assert_reuse_matches_fresh_split(&config, turn1, turn2);
+    assert!(near > 1000, "near cut reused: {near}");
+    let (turn1, turn2) = gemma_far_cut_prompts();
+    let far = assert_reuse_matches_fresh_split(&config, turn1, turn2);
+    assert!(far > 300 && far < near - 512, "far cut reused, more than a window before the end: {far}");
+}
+
+#[test]
+fn gemma_small_swa_cache_never_reuses_a_cut_the_window_no_longer_covers() {
+    let config = EngineConfig { swa_full: false, ..test_config(gemma3_path()) };
+    let (turn1, turn2) = gemma_far_cut_prompts();
+    let far = assert_reuse_matches_fresh_split(&config, turn1, turn2);
+    assert_eq!(far, 0, "a cut outside the window forces a full prefill");
+    // Near the end the outcome depends on what llama.cpp kept; it must be correct either way.
+    let (turn1, turn2) = gemma_near_cut_prompts();
+    assert_reuse_matches_fresh_split(&config, turn1, turn2);
+}
+
+#[test]
+fn gemma_without_a_template_uses_gemma_turns_and_stops_at_end_of_turn() {
+    let engine = Engine::start(test_config(gemma3_path())).expect("gemma loads");
+    let info = engine.model_info().expect("info");
+    assert_eq!(info.template_source, TemplateSource::Builtin("gemma"));
+    assert_eq!(info.n_swa, Some(512));
+    let prompt = chat(vec![ChatMessage::system("Answer briefly."), ChatMessage::user("What is the capital of France?")]);
+    let tokens = engine.tokenize_blocking(&prompt).expect("tokenize");
+    let text = engine.tokenize_blocking(&Prompt::Text("<bos><start_of_turn>user\nAnswer briefly.\n\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n".into())).expect("tokenize");
+    assert_eq!(tokens, text, "Gemma turn format, one BOS");
+    let (answer, usage, reason) = run(&engine, prompt, 200);
+    assert_eq!(reason, FinishReason::Stop, "stops by itself at <end_of_turn>: {answer:?}");
+    assert!(usage.completion_tokens < 200);
+    assert!(answer.contains("Paris"), "{answer:?}");
+    for marker in ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"] {
+        assert!(!answer.contains(marker), "{marker} leaked into {answer:?}");
+    }
+}
+
+#[test]
+fn identical_prompt_twice_reuses_all_but_the_last_token() {
+    let engine = Engine::start(test_config(smollm2_path())).expect("loads");
+    let prompt = chat(vec![ChatMessage::user("Hello there")]);
+    let (_, first, _) = run(&engine, prompt.clone(), 4);
+    let (_, second, _) = run(&engine, prompt, 4);
+    assert_eq!(first.cached_tokens, 0);
+    assert_eq!(second.cached_tokens, second.prompt_tokens - 1);
+}
+
+#[test]
+fn missing_and_corrupt_models_fail_to_load_with_clear_errors() {
+    let missing = Engine::start(EngineConfig::new("/nonexistent/model.gguf")).expect_err("missing file");
+    assert!(missing.to_string().contains("cannot read model file"), "{missing}");
+    let corrupt = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("corrupt.gguf");
+    std::fs::write(&corrupt, b"GGUF\x03\x00\x00\x00 this is not a model").expect("write");
+    let err = Engine::start(EngineConfig::new(&corrupt)).expect_err("corrupt file");
+    assert!(err.to_string().contains("could not load"), "{err}");
+}

@@ -1,0 +1,279 @@
+//! The OpenAI-compatible API against a real server on the real SmolLM2 model.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{cache_lock, long_system_prompt, parse_sse, server, SseData};
+use serde_json::{json, Value};
+
+/// SmolLM2's `<|im_end|>`: banning it makes generation run to `max_tokens`.
+const SMOLLM2_IM_END: &str = "2";
+
+async fn post(body: &Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server().base))
+        .json(body)
+        .send()
+        .await
+        .expect("request");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON body"))
+}
+
+async fn post_stream(body: &Value) -> (u16, Vec<SseData>) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server().base))
+        .json(body)
+        .send()
+        .await
+        .expect("request");
+    let status = response.status().as_u16();
+    assert_eq!(
+        response.headers().get("content-type").and_then(|v| v.to_str().ok()),
+        Some("text/event-stream"),
+        "streams are SSE"
+    );
+    (status, parse_sse(&response.text().await.expect("body")))
+}
+
+fn chunks(events: &[SseData]) -> Vec<&Value> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            SseData::Json(v) => Some(v),
+            SseData::Done => None,
+        })
+        .collect()
+}
+
+fn content_of(events: &[SseData]) -> String {
+    chunks(events)
+        .iter()
+        .filter_map(|c| c["choices"].get(0)?["delta"]["content"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn non_streaming_completion_has_the_openai_shape() {
+    let (status, body) = post(&json!({
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 12,
+        "temperature": 0
+    }))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["id"].as_str().is_some_and(|id| id.starts_with("chatcmpl-")), "{body}");
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["model"], "smollm2", "echoes the requested model");
+    assert!(body["created"].as_u64().is_some_and(|t| t > 1_700_000_000));
+    assert!(body["system_fingerprint"].is_string());
+    let choice = &body["choices"][0];
+    assert_eq!(choice["index"], 0);
+    assert_eq!(choice["message"]["role"], "assistant");
+    assert!(!choice["message"]["content"].as_str().expect("content").is_empty());
+    assert!(["stop", "length"].contains(&choice["finish_reason"].as_str().expect("finish_reason")));
+    let usage = &body["usage"];
+    let (prompt, completion) = (usage["prompt_tokens"].as_u64().expect("n"), usage["completion_tokens"].as_u64().expect("n"));
+    assert!(prompt > 5 && (1..=12).contains(&completion), "{usage}");
+    assert_eq!(usage["total_tokens"].as_u64(), Some(prompt + completion));
+    assert!(usage["prompt_tokens_details"]["cached_tokens"].as_u64().is_some_and(|c| c < prompt));
+    let timings = &body["timings"];
+    assert_eq!(timings["predicted_n"].as_u64(), Some(completion));
+    assert_eq!(timings["prompt_n"].as_u64().expect("n") + timings["cache_n"].as_u64().expect("n"), prompt);
+}
+
+#[tokio::test]
+async fn streaming_chunks_follow_openai_order_with_usage_last() {
+    let (status, events) = post_stream(&json!({
+        "messages": [{"role": "user", "content": "Count from one to five."}],
+        "max_tokens": 20,
+        "temperature": 0,
+        "stream": true,
+        "stream_options": {"include_usage": true}
+    }))
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(events.last(), Some(&SseData::Done), "ends with [DONE]");
+    assert_eq!(events.iter().filter(|e| **e == SseData::Done).count(), 1);
+    let chunks = chunks(&events);
+    assert!(chunks.len() >= 4, "role, content, finish and usage chunks: {chunks:?}");
+    let id = chunks[0]["id"].as_str().expect("id");
+    for chunk in &chunks {
+        assert_eq!(chunk["id"], id, "one id for all chunks");
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert!(chunk["created"].is_u64() && chunk["model"].is_string());
+    }
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant", "first chunk carries the role");
+    let (usage_chunk, choice_chunks) = chunks.split_last().expect("chunks");
+    assert_eq!(usage_chunk["choices"], json!([]), "usage chunk has no choices");
+    let finish: Vec<&Value> = choice_chunks.iter().map(|c| &c["choices"][0]["finish_reason"]).collect();
+    let (last_finish, earlier) = finish.split_last().expect("finish");
+    assert!(last_finish.as_str().is_some_and(|r| r == "stop" || r == "length"), "{last_finish}");
+    assert!(earlier.iter().all(|f| f.is_null()), "only the last choice chunk finishes");
+    for chunk in choice_chunks {
+        assert!(chunk.get("usage").is_none(), "usage only in the last chunk");
+    }
+    let usage = &usage_chunk["usage"];
+    let completion = usage["completion_tokens"].as_u64().expect("completion_tokens");
+    assert!((1..=20).contains(&completion));
+    assert_eq!(usage["total_tokens"].as_u64(), Some(usage["prompt_tokens"].as_u64().expect("n") + completion));
+    assert!(!content_of(&events).is_empty());
+}
+
+#[tokio::test]
+async fn stream_without_include_usage_sends_no_usage_chunk() {
+    let (status, events) = post_stream(&json!({
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 4,
+        "stream": true
+    }))
+    .await;
+    assert_eq!(status, 200);
+    let chunks = chunks(&events);
+    assert!(chunks.iter().all(|c| c.get("usage").is_none() && !c["choices"].as_array().expect("choices").is_empty()));
+    assert!(chunks.last().expect("chunk")["choices"][0]["finish_reason"].is_string());
+    assert_eq!(events.last(), Some(&SseData::Done));
+}
+
+#[tokio::test]
+async fn streamed_and_non_streamed_greedy_answers_match_from_the_same_cache_state() {
+    let _guard = cache_lock().lock().await;
+    let request = |stream: bool| {
+        json!({
+            "messages": [{"role": "system", "content": "Answer in one short sentence."},
+                         {"role": "user", "content": "What colour is the sky on a clear day?"}],
+            "max_tokens": 24, "temperature": 0, "stream": stream
+        })
+    };
+    // Warm the cache with the same prompt, so both answers are computed from the same split.
+    post(&request(false)).await;
+    let (_, plain) = post(&request(false)).await;
+    let (_, events) = post_stream(&request(true)).await;
+    assert_eq!(content_of(&events), plain["choices"][0]["message"]["content"].as_str().expect("content"));
+}
+
+#[tokio::test]
+async fn second_turn_reuses_the_first_turns_prompt_and_reply() {
+    let _guard = cache_lock().lock().await;
+    let system = long_system_prompt(2000);
+    let turn1 = json!({
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Which facts mention trains?"}],
+        "max_tokens": 24, "temperature": 0
+    });
+    let (status, first) = post(&turn1).await;
+    assert_eq!(status, 200, "{first}");
+    let reply = first["choices"][0]["message"]["content"].as_str().expect("reply").to_string();
+    let prompt1 = first["usage"]["prompt_tokens"].as_u64().expect("n");
+    let completion1 = first["usage"]["completion_tokens"].as_u64().expect("n");
+    assert!(prompt1 > 1500, "system prompt is ~2K tokens: {prompt1}");
+
+    let turn2 = json!({
+        "messages": [{"role": "system", "content": system},
+                     {"role": "user", "content": "Which facts mention trains?"},
+                     {"role": "assistant", "content": reply},
+                     {"role": "user", "content": "And which mention gardens?"}],
+        "max_tokens": 8, "temperature": 0
+    });
+    let (status, second) = post(&turn2).await;
+    assert_eq!(status, 200, "{second}");
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().expect("cached");
+    assert!(
+        cached >= prompt1 + completion1,
+        "turn 2 reuses turn 1's prompt ({prompt1}) and reply ({completion1}): cached {cached}"
+    );
+    assert_eq!(second["timings"]["cache_n"].as_u64(), Some(cached));
+    assert!(second["timings"]["prompt_n"].as_u64().expect("n") < 60, "only the new turn is prefilled");
+}
+
+#[tokio::test]
+async fn disconnect_mid_stream_frees_the_engine_and_keeps_the_cache() {
+    let _guard = cache_lock().lock().await;
+    let system = long_system_prompt(600);
+    let long = json!({
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Tell a long story."}],
+        "max_tokens": 3000, "stream": true, "logit_bias": {SMOLLM2_IM_END: -100}
+    });
+    let mut response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server().base))
+        .json(&long)
+        .send()
+        .await
+        .expect("request");
+    let mut received = String::new();
+    while received.matches("data: ").count() < 5 {
+        let chunk = response.chunk().await.expect("chunk").expect("stream still open");
+        received.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(response);
+
+    let started = Instant::now();
+    let (status, next) = post(&json!({
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Say yes."}],
+        "max_tokens": 4
+    }))
+    .await;
+    assert_eq!(status, 200, "{next}");
+    // 3000 tokens would take tens of seconds; a freed engine answers in well under that.
+    assert!(started.elapsed() < Duration::from_secs(20), "engine was not freed: {:?}", started.elapsed());
+    let cached = next["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().expect("cached");
+    assert!(cached > 500, "the system prompt is still cached after the disconnect: {cached}");
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_503_and_queued_requests_of_departed_clients_never_run() {
+    let _guard = cache_lock().lock().await;
+    let long = json!({
+        "messages": [{"role": "user", "content": "Write an endless poem."}],
+        "max_tokens": 3000, "stream": true, "logit_bias": {SMOLLM2_IM_END: -100}
+    });
+    // One runs, two wait (the test server's queue holds 2).
+    let mut holders = Vec::new();
+    for _ in 0..3 {
+        let body = long.clone();
+        let url = format!("{}/v1/chat/completions", server().base);
+        holders.push(tokio::spawn(async move {
+            let response = reqwest::Client::new().post(url).json(&body).send().await.expect("request");
+            // Keep the stream open until the test aborts this task.
+            let mut response = response;
+            while let Ok(Some(_)) = response.chunk().await {}
+        }));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server().base))
+        .json(&json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status().as_u16(), 503);
+    assert_eq!(response.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    let body: Value = response.json().await.expect("envelope");
+    assert_eq!(body["error"]["code"], "queue_full");
+
+    for holder in &holders {
+        holder.abort();
+    }
+    let started = Instant::now();
+    let (status, body) = post(&json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})).await;
+    assert_eq!(status, 200, "{body}");
+    // Two abandoned 3000-token requests would take minutes had they run.
+    assert!(started.elapsed() < Duration::from_secs(20), "queued requests of departed clients ran");
+}
+
+#[tokio::test]
+async fn health_and_models_answer() {
+    let client = reqwest::Client::new();
+    let health = client.get(format!("{}/health", server().base)).send().await.expect("health");
+    assert_eq!(health.status().as_u16(), 200);
+    assert_eq!(health.json::<Value>().await.expect("json")["status"], "ok");
+    let models: Value =
+        client.get(format!("{}/v1/models", server().base)).send().await.expect("models").json().await.expect("json");
+    assert_eq!(models["object"], "list");
+    let card = &models["data"][0];
+    assert_eq!(card["id"], "SmolLM2-135M-Instruct.Q4_1");
+    assert_eq!(card["object"], "model");
+    assert_eq!(card["owned_by"], "firstword");
+    assert!(card["created"].is_u64());
+}
