@@ -53,7 +53,8 @@ fn system_prompt(tokens: usize, nonce: &str) -> String {
     let topics = ["rivers", "mountains", "libraries", "trains", "gardens", "satellites", "bakeries", "harbors"];
     let mut text = format!("Session {nonce}. You are a helpful voice assistant. Facts you know:\n");
     let mut i = 0;
-    while text.len() / 4 < tokens {
+    // SmolLM2 and Gemma tokenize this text at about 2.7 characters per token.
+    while text.len() * 3 / 8 < tokens {
         let topic = topics[i % topics.len()];
         text.push_str(&format!(
             "Fact {i}: the {topic} of region {} are known for feature {} since {}.\n",
@@ -66,7 +67,12 @@ fn system_prompt(tokens: usize, nonce: &str) -> String {
     text
 }
 
-async fn stream_turn(client: &reqwest::Client, server: &Server, messages: &[Value], max_tokens: u32) -> anyhow::Result<Turn> {
+async fn stream_turn(
+    client: &reqwest::Client,
+    server: &Server,
+    messages: &[Value],
+    max_tokens: u32,
+) -> anyhow::Result<Turn> {
     let body = json!({
         "model": "bench", "messages": messages, "max_tokens": max_tokens, "temperature": 0,
         "stream": true, "stream_options": {"include_usage": true}
@@ -110,7 +116,8 @@ async fn stream_turn(client: &reqwest::Client, server: &Server, messages: &[Valu
 
 fn peak_rss_mb(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kb: f64 =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kb / 1024.0)
 }
 
@@ -140,7 +147,14 @@ async fn main() -> anyhow::Result<()> {
     }
     anyhow::ensure!(!servers.is_empty(), "give at least one --server NAME=URL[@PID]");
     let client = reqwest::Client::builder().timeout(Duration::from_secs(600)).build()?;
-    let questions = ["Which facts mention trains?", "And gardens?", "Which region has feature 3?", "Summarise in one line.", "Anything about harbors?", "Thanks, what else?"];
+    let questions = [
+        "Which facts mention trains?",
+        "And gardens?",
+        "Which region has feature 3?",
+        "Summarise in one line.",
+        "Anything about harbors?",
+        "Thanks, what else?",
+    ];
     let mut samples: Vec<Samples> = servers.iter().map(|_| Samples::default()).collect();
     for rep in 0..reps {
         for (server, stats) in servers.iter().zip(samples.iter_mut()) {
@@ -154,7 +168,12 @@ async fn main() -> anyhow::Result<()> {
                 messages.push(json!({"role": "user", "content": questions[t % questions.len()]}));
                 let turn = stream_turn(&client, server, &messages, 32).await?;
                 let ms = turn.ttft.as_secs_f64() * 1e3;
-                eprintln!("rep {rep} {:<14} turn {} ttft {ms:>9.1} ms decode {:>6.1} tok/s", server.name, t + 1, turn.decode_tok_s);
+                eprintln!(
+                    "rep {rep} {:<14} turn {} ttft {ms:>9.1} ms decode {:>6.1} tok/s",
+                    server.name,
+                    t + 1,
+                    turn.decode_tok_s
+                );
                 if t == 0 {
                     stats.cold_ms.push(ms);
                 } else {
@@ -165,7 +184,10 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
-    println!("\n{:<14} {:>12} {:>12} {:>10} {:>14} {:>14} {:>12}", "server", "cold ms", "warm ms", "warm/cold", "decode short", "decode 4K", "peak RSS MB");
+    println!(
+        "\n{:<14} {:>12} {:>12} {:>10} {:>14} {:>14} {:>12}",
+        "server", "cold ms", "warm ms", "warm/cold", "decode short", "decode 4K", "peak RSS MB"
+    );
     for (server, stats) in servers.iter().zip(&samples) {
         let (cold, warm) = (median(&stats.cold_ms), mean(&stats.warm_ms));
         println!(

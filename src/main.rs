@@ -111,8 +111,8 @@ impl ServeArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // llama.cpp's own log is routed into tracing under `llama_cpp_2`; quiet unless asked for.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,llama_cpp_2=warn"));
+    // llama.cpp's own log is routed into tracing under `llama-cpp-2`; quiet unless asked for.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,llama-cpp-2=warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let Command::Serve(args) = cli.command;
     match serve(&args) {
@@ -130,9 +130,8 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         .await?
         .next()
         .ok_or_else(|| anyhow::anyhow!("cannot resolve {}", args.host))?;
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
+    let listener =
+        tokio::net::TcpListener::bind(address).await.map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
     // Listen first, so /health answers 503 while the model loads.
     let engine = Engine::spawn(args.engine_config());
     let mut server = tokio::spawn(firstword::api::serve(listener, engine.clone(), shutdown_signal(engine.clone())));
@@ -154,6 +153,9 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     );
     // The server ends after a shutdown signal, once open responses have closed.
     server.await??;
+    // Let llama.cpp finish its last step before the process exits.
+    engine.shutdown();
+    tokio::task::spawn_blocking(move || engine.wait_stopped()).await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -5,7 +5,7 @@ mod common;
 
 use std::io::Write;
 
-use common::{long_system_prompt, server, spawn_server, test_config};
+use common::{exclusive_server, long_system_prompt, spawn_server, test_config};
 use firstword::{Engine, EngineConfig};
 use serde_json::{json, Value};
 
@@ -46,14 +46,15 @@ fn assert_envelope(case: &str, status: u16, expected: u16, body: &Value, param: 
 
 #[tokio::test]
 async fn bad_requests_get_4xx_envelopes_and_change_nothing() {
-    let base = &server().base;
-    let _guard = common::cache_lock().lock().await;
+    let (_guard, server) = exclusive_server().await;
+    let base = server.base.as_str();
     let system = long_system_prompt(800);
     let good = json!({
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}],
         "max_tokens": 4
     });
-    let (status, warm) = send_raw(base, reqwest::Method::POST, "/v1/chat/completions", good.to_string().into_bytes()).await;
+    let (status, warm) =
+        send_raw(base, reqwest::Method::POST, "/v1/chat/completions", good.to_string().into_bytes()).await;
     assert_eq!(status, 200, "{warm}");
 
     let huge = "word ".repeat(6000);
@@ -110,13 +111,19 @@ async fn bad_requests_get_4xx_envelopes_and_change_nothing() {
     assert_envelope("wrong method", status, 405, &response, None);
 
     // The overflow error names both counts.
-    let (_, overflow) =
-        send_raw(base, reqwest::Method::POST, "/v1/chat/completions", with(ok, "max_tokens", json!(100_000)).to_string().into_bytes()).await;
+    let (_, overflow) = send_raw(
+        base,
+        reqwest::Method::POST,
+        "/v1/chat/completions",
+        with(ok, "max_tokens", json!(100_000)).to_string().into_bytes(),
+    )
+    .await;
     let message = overflow["error"]["message"].as_str().expect("message");
     assert!(message.contains("100000") && message.contains("4096"), "{message}");
 
     // Still up, and the cache survived every bad request.
-    let (status, again) = send_raw(base, reqwest::Method::POST, "/v1/chat/completions", good.to_string().into_bytes()).await;
+    let (status, again) =
+        send_raw(base, reqwest::Method::POST, "/v1/chat/completions", good.to_string().into_bytes()).await;
     assert_eq!(status, 200, "{again}");
     let cached = again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().expect("cached");
     let prompt = again["usage"]["prompt_tokens"].as_u64().expect("prompt");
@@ -142,7 +149,10 @@ async fn a_template_that_raises_is_a_400_naming_its_message() {
     let (status, response) =
         send_raw(&custom.base, reqwest::Method::POST, "/v1/chat/completions", body.to_string().into_bytes()).await;
     assert_envelope("template raises", status, 400, &response, None);
-    assert!(response["error"]["message"].as_str().expect("message").contains("System role not supported"), "{response}");
+    assert!(
+        response["error"]["message"].as_str().expect("message").contains("System role not supported"),
+        "{response}"
+    );
     let fine = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
     let (status, response) =
         send_raw(&custom.base, reqwest::Method::POST, "/v1/chat/completions", fine.to_string().into_bytes()).await;

@@ -7,12 +7,18 @@ mod common;
 
 use common::{gemma3_path, long_system_prompt, smollm2_path, test_config};
 use firstword::engine::TemplateSource;
-use firstword::{ChatMessage, Engine, EngineConfig, Event, FinishReason, GenerationRequest, Prompt, SamplingParams, Usage};
+use firstword::{
+    ChatMessage, Engine, EngineConfig, Event, FinishReason, GenerationRequest, Prompt, SamplingParams, Usage,
+};
 
 /// Runs one greedy request to the end; returns the text, usage and finish reason.
 fn run(engine: &Engine, prompt: Prompt, max_tokens: u32) -> (String, Usage, FinishReason) {
-    let request =
-        GenerationRequest { prompt, max_tokens: Some(max_tokens), stop: Vec::new(), sampling: SamplingParams::greedy() };
+    let request = GenerationRequest {
+        prompt,
+        max_tokens: Some(max_tokens),
+        stop: Vec::new(),
+        sampling: SamplingParams::greedy(),
+    };
     let mut generation = engine.submit(request).expect("submitted");
     let mut text = String::new();
     while let Some(event) = generation.next_blocking() {
@@ -64,47 +70,52 @@ fn smollm2_reused_turn_equals_fresh_context_with_the_same_split() {
     assert!(cached > 1000, "the system prompt was reused: {cached}");
 }
 
-/// Two system prompts identical for their first ~40%, then different: the cut lands far
-/// (more than the 512-token window) before the end of what the cache holds.
-fn gemma_far_cut_prompts() -> (Prompt, Prompt) {
-    let system = long_system_prompt(1500);
-    let split = system.len() * 2 / 5;
-    let edited = format!("{}Update: all facts below were revised in 2024.\n{}", &system[..split], &system[split..]);
-    (
-        chat(vec![ChatMessage::system(&system), ChatMessage::user("Which facts mention trains?")]),
-        chat(vec![ChatMessage::system(edited), ChatMessage::user("Which facts mention trains?")]),
-    )
+/// Token prompts for gemma-3 whose common prefix ends exactly at `cut`.
+///
+/// gemma-3's Q4_K CPU kernels make a token's KV depend (in the last bits) on the size of the
+/// batch it was computed in, and this base model's chat answers are near ties, so cuts sit on
+/// ubatch boundaries (multiples of 512): the prefix is then computed in identical batches on
+/// both sides and the comparison is exact.
+fn gemma_turns(engine: &Engine, cut: usize) -> (Prompt, Prompt) {
+    let tokenize = |text: &str| engine.tokenize_blocking(&Prompt::Text(text.to_string())).expect("tokenize");
+    let bos = tokenize("");
+    let without_bos = |text: &str| tokenize(text)[bos.len()..].to_vec();
+    let base = tokenize(&long_system_prompt(2500));
+    assert!(base.len() > 1700, "{}", base.len());
+    let mut turn1 = base[..1600].to_vec();
+    turn1.extend(without_bos("\nQuestion: which facts mention trains?\nAnswer:"));
+    let mut turn2 = base[..cut].to_vec();
+    turn2.extend(without_bos("\nQuestion: list three facts about gardens.\nAnswer:"));
+    assert_ne!(turn2[cut], base[cut], "the prompts diverge exactly at the cut");
+    (Prompt::Tokens(turn1), Prompt::Tokens(turn2))
 }
 
-/// Same system prompt, different question: the cut lands within the window of the end.
-fn gemma_near_cut_prompts() -> (Prompt, Prompt) {
-    let system = long_system_prompt(1500);
-    (
-        chat(vec![ChatMessage::system(&system), ChatMessage::user("Which facts mention trains?")]),
-        chat(vec![ChatMessage::system(&system), ChatMessage::user("List three facts about gardens.")]),
-    )
-}
+/// Cut 1536: within one 512-token window of the end of what the cache holds (~1650).
+const NEAR_CUT: usize = 1536;
+/// Cut 512: more than a window before the end.
+const FAR_CUT: usize = 512;
 
 #[test]
 fn gemma_full_swa_cache_reuses_cuts_inside_and_outside_the_window_exactly() {
     let config = test_config(gemma3_path());
     assert!(config.swa_full, "full SWA cache is the default");
-    let (turn1, turn2) = gemma_near_cut_prompts();
-    let near = assert_reuse_matches_fresh_split(&config, turn1, turn2);
-    assert!(near > 1000, "near cut reused: {near}");
-    let (turn1, turn2) = gemma_far_cut_prompts();
-    let far = assert_reuse_matches_fresh_split(&config, turn1, turn2);
-    assert!(far > 300 && far < near - 512, "far cut reused, more than a window before the end: {far}");
+    let prompts = Engine::start(config.clone()).expect("loads");
+    for cut in [NEAR_CUT, FAR_CUT] {
+        let (turn1, turn2) = gemma_turns(&prompts, cut);
+        let cached = assert_reuse_matches_fresh_split(&config, turn1, turn2);
+        assert_eq!(cached as usize, cut, "the whole common prefix is reused");
+    }
 }
 
 #[test]
 fn gemma_small_swa_cache_never_reuses_a_cut_the_window_no_longer_covers() {
     let config = EngineConfig { swa_full: false, ..test_config(gemma3_path()) };
-    let (turn1, turn2) = gemma_far_cut_prompts();
+    let prompts = Engine::start(config.clone()).expect("loads");
+    let (turn1, turn2) = gemma_turns(&prompts, FAR_CUT);
     let far = assert_reuse_matches_fresh_split(&config, turn1, turn2);
     assert_eq!(far, 0, "a cut outside the window forces a full prefill");
     // Near the end the outcome depends on what llama.cpp kept; it must be correct either way.
-    let (turn1, turn2) = gemma_near_cut_prompts();
+    let (turn1, turn2) = gemma_turns(&prompts, NEAR_CUT);
     assert_reuse_matches_fresh_split(&config, turn1, turn2);
 }
 
@@ -114,17 +125,45 @@ fn gemma_without_a_template_uses_gemma_turns_and_stops_at_end_of_turn() {
     let info = engine.model_info().expect("info");
     assert_eq!(info.template_source, TemplateSource::Builtin("gemma"));
     assert_eq!(info.n_swa, Some(512));
-    let prompt = chat(vec![ChatMessage::system("Answer briefly."), ChatMessage::user("What is the capital of France?")]);
+    let prompt =
+        chat(vec![ChatMessage::system("Answer briefly."), ChatMessage::user("What is the capital of France?")]);
     let tokens = engine.tokenize_blocking(&prompt).expect("tokenize");
-    let text = engine.tokenize_blocking(&Prompt::Text("<bos><start_of_turn>user\nAnswer briefly.\n\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n".into())).expect("tokenize");
-    assert_eq!(tokens, text, "Gemma turn format, one BOS");
-    let (answer, usage, reason) = run(&engine, prompt, 200);
-    assert_eq!(reason, FinishReason::Stop, "stops by itself at <end_of_turn>: {answer:?}");
-    assert!(usage.completion_tokens < 200);
-    assert!(answer.contains("Paris"), "{answer:?}");
-    for marker in ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"] {
-        assert!(!answer.contains(marker), "{marker} leaked into {answer:?}");
+    let expected = "<bos><start_of_turn>user\nAnswer briefly.\n\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n";
+    assert_eq!(
+        tokens,
+        engine.tokenize_blocking(&Prompt::Text(expected.into())).expect("tokenize"),
+        "Gemma turns, one BOS"
+    );
+
+    let markers = ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"];
+    let (free, _, _) = run(&engine, prompt.clone(), 48);
+    assert!(markers.iter().all(|m| !free.contains(m)), "marker leaked into {free:?}");
+
+    // This GGUF is the base (pretrained) gemma-3-270m: its <end_of_turn> is barely trained, so
+    // on its own it ends a turn with a look-alike token instead. A logit bias makes the real
+    // token win where the turn ends; generation must then stop there, with no marker in the text.
+    let end_of_turn =
+        *engine.tokenize_blocking(&Prompt::Text("<end_of_turn>".into())).expect("tokenize").last().expect("token");
+    let request = GenerationRequest {
+        prompt,
+        max_tokens: Some(64),
+        stop: Vec::new(),
+        sampling: SamplingParams { logit_bias: vec![(end_of_turn, 12.0)], ..SamplingParams::greedy() },
+    };
+    let mut generation = engine.submit(request).expect("submitted");
+    let (mut text, mut finished) = (String::new(), None);
+    while let Some(event) = generation.next_blocking() {
+        match event {
+            Event::Text(piece) => text.push_str(&piece),
+            Event::Finished { reason, usage, .. } => finished = Some((reason, usage)),
+            Event::Failed(e) => panic!("{e}"),
+            Event::Started { .. } => {}
+        }
     }
+    let (reason, usage) = finished.expect("finished");
+    assert_eq!(reason, FinishReason::Stop, "stopped at <end_of_turn>: {text:?}");
+    assert!(usage.completion_tokens > 0 && usage.completion_tokens < 64, "{usage:?}");
+    assert!(markers.iter().all(|m| !text.contains(m)), "marker leaked into {text:?}");
 }
 
 #[test]

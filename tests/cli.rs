@@ -19,17 +19,19 @@ fn version_names_the_linked_llama_cpp() {
 #[test]
 fn the_pinned_llama_cpp_is_the_one_named_in_the_version() {
     let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).expect("Cargo.lock");
-    let sys = lock.split("[[package]]").find(|p| p.contains("name = \"llama-cpp-sys-2\"")).expect("llama-cpp-sys-2 locked");
+    let sys =
+        lock.split("[[package]]").find(|p| p.contains("name = \"llama-cpp-sys-2\"")).expect("llama-cpp-sys-2 locked");
     let version = sys.lines().find_map(|l| l.strip_prefix("version = ")).expect("version").trim_matches('"');
-    assert!(firstword::engine::LLAMA_CPP_BUILD.ends_with(version), "{} vs {version}", firstword::engine::LLAMA_CPP_BUILD);
+    assert!(
+        firstword::engine::LLAMA_CPP_BUILD.ends_with(version),
+        "{} vs {version}",
+        firstword::engine::LLAMA_CPP_BUILD
+    );
 }
 
 #[test]
 fn a_missing_model_exits_non_zero_with_a_clear_message() {
-    let out = Command::new(BIN)
-        .args(["serve", "-m", "/nonexistent/model.gguf", "--port", "0"])
-        .output()
-        .expect("runs");
+    let out = Command::new(BIN).args(["serve", "-m", "/nonexistent/model.gguf", "--port", "0"]).output().expect("runs");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot read model file"), "{stderr}");

@@ -4,30 +4,22 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{cache_lock, long_system_prompt, parse_sse, server, SseData};
+use common::{exclusive_server, long_system_prompt, parse_sse, SseData};
 use serde_json::{json, Value};
 
 /// SmolLM2's `<|im_end|>`: banning it makes generation run to `max_tokens`.
 const SMOLLM2_IM_END: &str = "2";
 
-async fn post(body: &Value) -> (u16, Value) {
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", server().base))
-        .json(body)
-        .send()
-        .await
-        .expect("request");
+async fn post(base: &str, body: &Value) -> (u16, Value) {
+    let response =
+        reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
     let status = response.status().as_u16();
     (status, response.json().await.expect("JSON body"))
 }
 
-async fn post_stream(body: &Value) -> (u16, Vec<SseData>) {
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", server().base))
-        .json(body)
-        .send()
-        .await
-        .expect("request");
+async fn post_stream(base: &str, body: &Value) -> (u16, Vec<SseData>) {
+    let response =
+        reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
     let status = response.status().as_u16();
     assert_eq!(
         response.headers().get("content-type").and_then(|v| v.to_str().ok()),
@@ -56,12 +48,17 @@ fn content_of(events: &[SseData]) -> String {
 
 #[tokio::test]
 async fn non_streaming_completion_has_the_openai_shape() {
-    let (status, body) = post(&json!({
-        "model": "smollm2",
-        "messages": [{"role": "user", "content": "Say hello."}],
-        "max_tokens": 12,
-        "temperature": 0
-    }))
+    let (_guard, server) = exclusive_server().await;
+    let base = server.base.as_str();
+    let (status, body) = post(
+        base,
+        &json!({
+            "model": "smollm2",
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 12,
+            "temperature": 0
+        }),
+    )
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(body["id"].as_str().is_some_and(|id| id.starts_with("chatcmpl-")), "{body}");
@@ -75,7 +72,8 @@ async fn non_streaming_completion_has_the_openai_shape() {
     assert!(!choice["message"]["content"].as_str().expect("content").is_empty());
     assert!(["stop", "length"].contains(&choice["finish_reason"].as_str().expect("finish_reason")));
     let usage = &body["usage"];
-    let (prompt, completion) = (usage["prompt_tokens"].as_u64().expect("n"), usage["completion_tokens"].as_u64().expect("n"));
+    let (prompt, completion) =
+        (usage["prompt_tokens"].as_u64().expect("n"), usage["completion_tokens"].as_u64().expect("n"));
     assert!(prompt > 5 && (1..=12).contains(&completion), "{usage}");
     assert_eq!(usage["total_tokens"].as_u64(), Some(prompt + completion));
     assert!(usage["prompt_tokens_details"]["cached_tokens"].as_u64().is_some_and(|c| c < prompt));
@@ -86,13 +84,18 @@ async fn non_streaming_completion_has_the_openai_shape() {
 
 #[tokio::test]
 async fn streaming_chunks_follow_openai_order_with_usage_last() {
-    let (status, events) = post_stream(&json!({
-        "messages": [{"role": "user", "content": "Count from one to five."}],
-        "max_tokens": 20,
-        "temperature": 0,
-        "stream": true,
-        "stream_options": {"include_usage": true}
-    }))
+    let (_guard, server) = exclusive_server().await;
+    let base = server.base.as_str();
+    let (status, events) = post_stream(
+        base,
+        &json!({
+            "messages": [{"role": "user", "content": "Count from one to five."}],
+            "max_tokens": 20,
+            "temperature": 0,
+            "stream": true,
+            "stream_options": {"include_usage": true}
+        }),
+    )
     .await;
     assert_eq!(status, 200);
     assert_eq!(events.last(), Some(&SseData::Done), "ends with [DONE]");
@@ -124,11 +127,16 @@ async fn streaming_chunks_follow_openai_order_with_usage_last() {
 
 #[tokio::test]
 async fn stream_without_include_usage_sends_no_usage_chunk() {
-    let (status, events) = post_stream(&json!({
-        "messages": [{"role": "user", "content": "Hi"}],
-        "max_tokens": 4,
-        "stream": true
-    }))
+    let (_guard, server) = exclusive_server().await;
+    let base = server.base.as_str();
+    let (status, events) = post_stream(
+        base,
+        &json!({
+            "messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 4,
+            "stream": true
+        }),
+    )
     .await;
     assert_eq!(status, 200);
     let chunks = chunks(&events);
@@ -139,7 +147,8 @@ async fn stream_without_include_usage_sends_no_usage_chunk() {
 
 #[tokio::test]
 async fn streamed_and_non_streamed_greedy_answers_match_from_the_same_cache_state() {
-    let _guard = cache_lock().lock().await;
+    let (_guard, server) = exclusive_server().await;
+    let base = server.base.as_str();
     let request = |stream: bool| {
         json!({
             "messages": [{"role": "system", "content": "Answer in one short sentence."},
@@ -148,21 +157,22 @@ async fn streamed_and_non_streamed_greedy_answers_match_from_the_same_cache_stat
         })
     };
     // Warm the cache with the same prompt, so both answers are computed from the same split.
-    post(&request(false)).await;
-    let (_, plain) = post(&request(false)).await;
-    let (_, events) = post_stream(&request(true)).await;
+    post(base, &request(false)).await;
+    let (_, plain) = post(base, &request(false)).await;
+    let (_, events) = post_stream(base, &request(true)).await;
     assert_eq!(content_of(&events), plain["choices"][0]["message"]["content"].as_str().expect("content"));
 }
 
 #[tokio::test]
 async fn second_turn_reuses_the_first_turns_prompt_and_reply() {
-    let _guard = cache_lock().lock().await;
+    let (_guard, server) = exclusive_server().await;
+    let base = server.base.as_str();
     let system = long_system_prompt(2000);
     let turn1 = json!({
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Which facts mention trains?"}],
         "max_tokens": 24, "temperature": 0
     });
-    let (status, first) = post(&turn1).await;
+    let (status, first) = post(base, &turn1).await;
     assert_eq!(status, 200, "{first}");
     let reply = first["choices"][0]["message"]["content"].as_str().expect("reply").to_string();
     let prompt1 = first["usage"]["prompt_tokens"].as_u64().expect("n");
@@ -176,11 +186,13 @@ async fn second_turn_reuses_the_first_turns_prompt_and_reply() {
                      {"role": "user", "content": "And which mention gardens?"}],
         "max_tokens": 8, "temperature": 0
     });
-    let (status, second) = post(&turn2).await;
+    let (status, second) = post(base, &turn2).await;
     assert_eq!(status, 200, "{second}");
     let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().expect("cached");
+    // Every evaluated token of turn 1 is reused: its prompt and its reply, all but the last
+    // sampled token, which was never evaluated (it is prefilled with turn 2's suffix).
     assert!(
-        cached >= prompt1 + completion1,
+        cached >= prompt1 + completion1 - 1,
         "turn 2 reuses turn 1's prompt ({prompt1}) and reply ({completion1}): cached {cached}"
     );
     assert_eq!(second["timings"]["cache_n"].as_u64(), Some(cached));
@@ -189,18 +201,15 @@ async fn second_turn_reuses_the_first_turns_prompt_and_reply() {
 
 #[tokio::test]
 async fn disconnect_mid_stream_frees_the_engine_and_keeps_the_cache() {
-    let _guard = cache_lock().lock().await;
+    let (_guard, server) = exclusive_server().await;
+    let base = server.base.as_str();
     let system = long_system_prompt(600);
     let long = json!({
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Tell a long story."}],
         "max_tokens": 3000, "stream": true, "logit_bias": {SMOLLM2_IM_END: -100}
     });
-    let mut response = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", server().base))
-        .json(&long)
-        .send()
-        .await
-        .expect("request");
+    let mut response =
+        reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(&long).send().await.expect("request");
     let mut received = String::new();
     while received.matches("data: ").count() < 5 {
         let chunk = response.chunk().await.expect("chunk").expect("stream still open");
@@ -209,10 +218,13 @@ async fn disconnect_mid_stream_frees_the_engine_and_keeps_the_cache() {
     drop(response);
 
     let started = Instant::now();
-    let (status, next) = post(&json!({
-        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Say yes."}],
-        "max_tokens": 4
-    }))
+    let (status, next) = post(
+        base,
+        &json!({
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Say yes."}],
+            "max_tokens": 4
+        }),
+    )
     .await;
     assert_eq!(status, 200, "{next}");
     // 3000 tokens would take tens of seconds; a freed engine answers in well under that.
@@ -223,30 +235,31 @@ async fn disconnect_mid_stream_frees_the_engine_and_keeps_the_cache() {
 
 #[tokio::test]
 async fn a_full_queue_answers_503_and_queued_requests_of_departed_clients_never_run() {
-    let _guard = cache_lock().lock().await;
+    // A server of its own, whose queue holds two waiting requests.
+    let engine = firstword::Engine::start(firstword::EngineConfig {
+        queue_size: 2,
+        ..common::test_config(common::smollm2_path())
+    })
+    .expect("loads");
+    let base = common::spawn_server(engine).base;
+    let url = format!("{base}/v1/chat/completions");
     let long = json!({
         "messages": [{"role": "user", "content": "Write an endless poem."}],
         "max_tokens": 3000, "stream": true, "logit_bias": {SMOLLM2_IM_END: -100}
     });
-    // One runs, two wait (the test server's queue holds 2).
+    let short = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    // One runs, two wait.
     let mut holders = Vec::new();
     for _ in 0..3 {
-        let body = long.clone();
-        let url = format!("{}/v1/chat/completions", server().base);
+        let (body, url) = (long.clone(), url.clone());
         holders.push(tokio::spawn(async move {
-            let response = reqwest::Client::new().post(url).json(&body).send().await.expect("request");
+            let mut response = reqwest::Client::new().post(url).json(&body).send().await.expect("request");
             // Keep the stream open until the test aborts this task.
-            let mut response = response;
             while let Ok(Some(_)) = response.chunk().await {}
         }));
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", server().base))
-        .json(&json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}))
-        .send()
-        .await
-        .expect("request");
+    let response = reqwest::Client::new().post(&url).json(&short).send().await.expect("request");
     assert_eq!(response.status().as_u16(), 503);
     assert_eq!(response.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
     let body: Value = response.json().await.expect("envelope");
@@ -256,20 +269,32 @@ async fn a_full_queue_answers_503_and_queued_requests_of_departed_clients_never_
         holder.abort();
     }
     let started = Instant::now();
-    let (status, body) = post(&json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})).await;
-    assert_eq!(status, 200, "{body}");
+    loop {
+        let response = reqwest::Client::new().post(&url).json(&short).send().await.expect("request");
+        match response.status().as_u16() {
+            // The departed clients' requests may still be leaving the queue.
+            503 => tokio::time::sleep(Duration::from_millis(50)).await,
+            status => {
+                assert_eq!(status, 200);
+                break;
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the queue never drained");
+    }
     // Two abandoned 3000-token requests would take minutes had they run.
     assert!(started.elapsed() < Duration::from_secs(20), "queued requests of departed clients ran");
 }
 
 #[tokio::test]
 async fn health_and_models_answer() {
+    let (_guard, server) = exclusive_server().await;
+    let base = server.base.as_str();
     let client = reqwest::Client::new();
-    let health = client.get(format!("{}/health", server().base)).send().await.expect("health");
+    let health = client.get(format!("{base}/health")).send().await.expect("health");
     assert_eq!(health.status().as_u16(), 200);
     assert_eq!(health.json::<Value>().await.expect("json")["status"], "ok");
     let models: Value =
-        client.get(format!("{}/v1/models", server().base)).send().await.expect("models").json().await.expect("json");
+        client.get(format!("{base}/v1/models")).send().await.expect("models").json().await.expect("json");
     assert_eq!(models["object"], "list");
     let card = &models["data"][0];
     assert_eq!(card["id"], "SmolLM2-135M-Instruct.Q4_1");

@@ -50,7 +50,10 @@ fn smollm2_template_renders_byte_identical_to_llama_cpp() {
             let expected =
                 model.apply_chat_template(&gguf_template, &theirs, add_generation_prompt).expect("llama.cpp renders");
             let rendered = template.render(&ours, None, add_generation_prompt).expect("minijinja renders");
-            assert_eq!(rendered, expected, "conversation {conversation:?}, add_generation_prompt {add_generation_prompt}");
+            assert_eq!(
+                rendered, expected,
+                "conversation {conversation:?}, add_generation_prompt {add_generation_prompt}"
+            );
         }
     }
 

@@ -47,7 +47,8 @@ fn wire_timings(usage: Usage, timings: Timings) -> WireTimings {
     let prompt_n = usage.prompt_tokens - usage.cached_tokens;
     let prompt_ms = timings.prompt.as_secs_f64() * 1e3;
     let predicted_ms = timings.generation.as_secs_f64() * 1e3;
-    let per = |n: u32, ms: f64| if n == 0 { (0.0, 0.0) } else { (ms / f64::from(n), f64::from(n) * 1e3 / ms.max(1e-9)) };
+    let per =
+        |n: u32, ms: f64| if n == 0 { (0.0, 0.0) } else { (ms / f64::from(n), f64::from(n) * 1e3 / ms.max(1e-9)) };
     let (prompt_per_token_ms, prompt_per_second) = per(prompt_n, prompt_ms);
     let (predicted_per_token_ms, predicted_per_second) = per(usage.completion_tokens, predicted_ms);
     WireTimings {

@@ -122,13 +122,14 @@ fn convert_logit_bias(
 ) -> Result<Vec<(i32, f32)>, ApiError> {
     let mut out = Vec::new();
     for (key, value) in bias.unwrap_or_default() {
-        let token = key
-            .parse::<i32>()
-            .ok()
-            .filter(|t| (0..n_vocab).contains(t))
-            .ok_or_else(|| ApiError::invalid("logit_bias", format!("'{key}' is not a token id of this model (0..{n_vocab})")))?;
+        let token = key.parse::<i32>().ok().filter(|t| (0..n_vocab).contains(t)).ok_or_else(|| {
+            ApiError::invalid("logit_bias", format!("'{key}' is not a token id of this model (0..{n_vocab})"))
+        })?;
         if !(-100.0..=100.0).contains(&value) {
-            return Err(ApiError::invalid("logit_bias", format!("bias for token {key} must be between -100 and 100, got {value}")));
+            return Err(ApiError::invalid(
+                "logit_bias",
+                format!("bias for token {key} must be between -100 and 100, got {value}"),
+            ));
         }
         out.push((token, value as f32));
     }

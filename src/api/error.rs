@@ -79,8 +79,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response =
-            (self.status, [(header::CONTENT_TYPE, "application/json")], self.to_json()).into_response();
+        let mut response = (self.status, [(header::CONTENT_TYPE, "application/json")], self.to_json()).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         }

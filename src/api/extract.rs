@@ -32,7 +32,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 /// Parses a request body, reporting the path of the field at fault.
 pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::bad_request("the request body is empty; expected a JSON object").with_code("invalid_json"));
+        return Err(
+            ApiError::bad_request("the request body is empty; expected a JSON object").with_code("invalid_json")
+        );
     }
     // Reject bad UTF-8 anywhere, even inside fields that are otherwise ignored.
     std::str::from_utf8(bytes).map_err(|e| {
@@ -49,9 +51,9 @@ pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
         let param = (path != ".").then_some(path);
         ApiError { param, ..ApiError::bad_request(message).with_code("invalid_json") }
     })?;
-    deserializer
-        .end()
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON in the request body: {e}")).with_code("invalid_json"))?;
+    deserializer.end().map_err(|e| {
+        ApiError::bad_request(format!("invalid JSON in the request body: {e}")).with_code("invalid_json")
+    })?;
     Ok(value)
 }
 

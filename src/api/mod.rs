@@ -31,9 +31,7 @@ struct AppState {
 
 /// The API's routes over an engine.
 pub fn router(engine: Engine) -> Router {
-    let started_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let started_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let state = Arc::new(AppState { engine, started_at });
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))

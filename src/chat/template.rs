@@ -27,7 +27,9 @@ pub enum TemplateError {
         reason: String,
     },
     /// The GGUF has no template and none is known for its architecture.
-    #[error("the model has no chat template and firstword knows none for architecture '{0}'; pass --chat-template-file")]
+    #[error(
+        "the model has no chat template and firstword knows none for architecture '{0}'; pass --chat-template-file"
+    )]
     Missing(String),
     /// Rendering failed for these messages (including `raise_exception` in the template).
     #[error("the chat template rejected the messages: {0}")]
@@ -91,8 +93,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
-        env.add_template_owned(TEMPLATE_NAME, source.to_string())
-            .map_err(|e| TemplateError::Compile(e.to_string()))?;
+        env.add_template_owned(TEMPLATE_NAME, source.to_string()).map_err(|e| TemplateError::Compile(e.to_string()))?;
         Ok(Self { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
     }
 
@@ -102,10 +103,7 @@ impl ChatTemplate {
     ///
     /// # Errors
     /// The file is unreadable, the template does not compile, or none is known.
-    pub fn for_model(
-        facts: &ModelTemplateFacts,
-        file: Option<&Path>,
-    ) -> Result<(Self, TemplateSource), TemplateError> {
+    pub fn for_model(facts: &ModelTemplateFacts, file: Option<&Path>) -> Result<(Self, TemplateSource), TemplateError> {
         let compile = |source: &str| Self::new(source, &facts.bos_token, &facts.eos_token);
         if let Some(path) = file {
             let source = std::fs::read_to_string(path)
@@ -193,7 +191,12 @@ mod tests {
     fn gemma_folds_the_system_prompt_into_the_first_user_turn() {
         let prompt = gemma()
             .render(
-                &[ChatMessage::system("Be brief."), ChatMessage::user(" Hi! "), ChatMessage::assistant("Hello."), ChatMessage::user("Bye")],
+                &[
+                    ChatMessage::system("Be brief."),
+                    ChatMessage::user(" Hi! "),
+                    ChatMessage::assistant("Hello."),
+                    ChatMessage::user("Bye"),
+                ],
                 None,
                 true,
             )
@@ -215,7 +218,10 @@ mod tests {
         let t = ChatTemplate::new("{{ raise_exception('Only user and assistant roles are supported!') }}", "", "")
             .expect("compiles");
         let err = t.render(&[ChatMessage::user("x")], None, true).expect_err("raises");
-        assert!(matches!(&err, TemplateError::Render(m) if m == "Only user and assistant roles are supported!"), "{err}");
+        assert!(
+            matches!(&err, TemplateError::Render(m) if m == "Only user and assistant roles are supported!"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -231,8 +237,12 @@ mod tests {
 
     #[test]
     fn strftime_now_and_python_string_methods_work() {
-        let t = ChatTemplate::new("{{ strftime_now('%Y') | length }}|{{ ' x '.strip() }}|{{ 'a,b'.split(',') | length }}", "", "")
-            .expect("compiles");
+        let t = ChatTemplate::new(
+            "{{ strftime_now('%Y') | length }}|{{ ' x '.strip() }}|{{ 'a,b'.split(',') | length }}",
+            "",
+            "",
+        )
+        .expect("compiles");
         assert_eq!(t.render(&[], None, false).expect("renders"), "4|x|2");
     }
 

@@ -17,7 +17,7 @@ pub enum EngineError {
         reason: String,
     },
     /// llama.cpp refused the file (corrupt, not GGUF, unsupported architecture).
-    #[error("llama.cpp could not load {path} (corrupt file, not GGUF, or an unsupported architecture; run with RUST_LOG=llama_cpp_2=info for its log)")]
+    #[error("llama.cpp could not load {path} (corrupt file, not GGUF, or an unsupported architecture; run with RUST_LOG=llama-cpp-2=info for its log)")]
     ModelLoad {
         /// The path given.
         path: PathBuf,

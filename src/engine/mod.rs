@@ -101,6 +101,20 @@ struct Shared {
     commands: SyncSender<Command>,
     queue_size: usize,
     shutting_down: Arc<AtomicBool>,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Shared {
+    /// The last handle is gone: stop the inference thread and wait for it, so llama.cpp is idle
+    /// (and its memory freed) before the caller goes on, e.g. to exit the process.
+    fn drop(&mut self) {
+        self.shutting_down.store(true, Ordering::Relaxed);
+        if let Some(worker) = self.worker.get_mut().take() {
+            if worker.thread().id() != std::thread::current().id() {
+                let _ = worker.join();
+            }
+        }
+    }
 }
 
 /// Handle to the inference thread. Cheap to clone; the thread stops when the last handle is
@@ -132,10 +146,11 @@ impl Engine {
             commands,
             queue_size: config.queue_size,
             shutting_down: Arc::new(AtomicBool::new(false)),
+            worker: Mutex::new(None),
         });
         let reporter = Arc::downgrade(&shared);
         let shutting_down = Arc::clone(&shared.shutting_down);
-        std::thread::Builder::new()
+        let worker = std::thread::Builder::new()
             .name("firstword-inference".into())
             .spawn(move || {
                 let report = move |result: Result<(ModelInfo, ChatTemplate), EngineError>| {
@@ -151,6 +166,7 @@ impl Engine {
                 worker::run(&config, report, &command_rx, &shutting_down);
             })
             .expect("spawn the inference thread");
+        *shared.worker.lock() = Some(worker);
         Self { shared }
     }
 
@@ -245,6 +261,15 @@ impl Engine {
     /// token, queued ones fail the same way, and new submissions are refused.
     pub fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::Relaxed);
+    }
+
+    /// Blocks until the inference thread has stopped after [`Engine::shutdown`], so the process
+    /// can exit while llama.cpp is idle. Returns at once if it already stopped.
+    pub fn wait_stopped(&self) {
+        let worker = self.shared.worker.lock().take();
+        if let Some(worker) = worker {
+            let _ = worker.join();
+        }
     }
 }
 

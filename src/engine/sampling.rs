@@ -63,11 +63,8 @@ impl SamplingParams {
 pub(crate) fn build_sampler(params: &SamplingParams, n_vocab: i32) -> LlamaSampler {
     let mut chain = Vec::new();
     if !params.logit_bias.is_empty() {
-        let biases: Vec<LlamaLogitBias> = params
-            .logit_bias
-            .iter()
-            .map(|&(token, bias)| LlamaLogitBias::new(LlamaToken(token), bias))
-            .collect();
+        let biases: Vec<LlamaLogitBias> =
+            params.logit_bias.iter().map(|&(token, bias)| LlamaLogitBias::new(LlamaToken(token), bias)).collect();
         chain.push(LlamaSampler::logit_bias(n_vocab, &biases));
     }
     if params.has_penalties() {

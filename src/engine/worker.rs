@@ -68,10 +68,16 @@ pub(super) fn run(
         Err(e) => return report(Err(e)),
     };
     loop {
-        match commands.recv_timeout(Duration::from_millis(200)) {
-            Ok(Command::Generate(job)) if shutting_down.load(Ordering::Relaxed) => {
-                let _ = job.events.send(Event::Failed(EngineError::ShuttingDown));
+        if shutting_down.load(Ordering::Relaxed) {
+            // New submissions are refused by now: fail what is still queued, then stop.
+            for command in commands.try_iter() {
+                if let Command::Generate(job) = command {
+                    let _ = job.events.send(Event::Failed(EngineError::ShuttingDown));
+                }
             }
+            break;
+        }
+        match commands.recv_timeout(Duration::from_millis(100)) {
             // The client left while the request was queued: drop it without running.
             Ok(Command::Generate(job)) if job.events.is_closed() => {}
             Ok(Command::Generate(job)) => session.serve(job),
@@ -176,15 +182,8 @@ impl<'m> Session<'m> {
             threads: config.threads,
             threads_batch: config.threads_batch,
         };
-        let session = Self {
-            model,
-            ctx,
-            cached: Vec::new(),
-            n_swa,
-            n_batch: n_batch as usize,
-            bos_text,
-            shutting_down,
-        };
+        let session =
+            Self { model, ctx, cached: Vec::new(), n_swa, n_batch: n_batch as usize, bos_text, shutting_down };
         Ok((session, info, template))
     }
 
@@ -193,7 +192,7 @@ impl<'m> Session<'m> {
         let tokens = match prompt {
             PromptInput::Text(text) => {
                 // A template that writes the BOS text itself must not get a second one.
-                let add_bos = vocab.should_add_bos() && !(!self.bos_text.is_empty() && text.starts_with(&self.bos_text));
+                let add_bos = vocab.should_add_bos() && (self.bos_text.is_empty() || !text.starts_with(&self.bos_text));
                 vocab.tokenize(text.as_bytes(), add_bos, true)
             }
             PromptInput::Tokens(ids) => {
@@ -249,9 +248,9 @@ impl<'m> Session<'m> {
         let prompt_time = prefill_start.elapsed();
 
         let generation_start = Instant::now();
-        let mut generated = Generated::default();
-        let outcome = self.generate(&request, limit, logits_index, &events, &mut generated);
-        let usage = Usage { prompt_tokens, cached_tokens: keep as u32, completion_tokens: generated.count };
+        let mut completion_tokens = 0;
+        let outcome = self.generate(&request, limit, logits_index, &events, &mut completion_tokens);
+        let usage = Usage { prompt_tokens, cached_tokens: keep as u32, completion_tokens };
         match outcome {
             Outcome::Finished(reason) => {
                 let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed() };
@@ -262,20 +261,21 @@ impl<'m> Session<'m> {
             }
             Outcome::Cancelled => tracing::debug!("client left; generation stopped"),
         }
-        // The last sampled token (often end-of-turn) is part of the next prompt too: evaluate
-        // it now, after the response went out, so the next turn reuses it.
-        if let Some(token) = generated.pending {
-            if self.cached.len() < n_ctx as usize {
-                if let Err(e) = self.decode(&[token], false) {
-                    tracing::warn!("evaluating the last token for the cache failed: {e}");
-                }
-            }
-        }
+        // The last sampled token (end-of-turn, or the one that hit the limit) was never
+        // evaluated: the next turn prefills it with its new suffix, in the same batch, for free.
     }
 
     /// Cuts the KV cache to the longest prefix shared with `tokens`; returns how many it kept.
     fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> usize {
         let mut keep = plan_reuse(&self.cached, tokens);
+        tracing::debug!(
+            keep,
+            cached = self.cached.len(),
+            prompt = tokens.len(),
+            pos_min = self.ctx.kv_cache_seq_pos_min(0),
+            pos_max = self.ctx.kv_cache_seq_pos_max(0),
+            "prefix reuse"
+        );
         if keep > 0 && !window_covers(self.ctx.kv_cache_seq_pos_min(0), keep, self.n_swa) {
             tracing::info!(
                 keep,
@@ -298,11 +298,7 @@ impl<'m> Session<'m> {
 
     /// Evaluates `tokens` after the cache in `n_batch` chunks. Returns the batch index holding
     /// the last token's logits, or `None` if the client left or the engine is stopping.
-    fn prefill(
-        &mut self,
-        tokens: &[LlamaToken],
-        events: &UnboundedSender<Event>,
-    ) -> Result<Option<i32>, EngineError> {
+    fn prefill(&mut self, tokens: &[LlamaToken], events: &UnboundedSender<Event>) -> Result<Option<i32>, EngineError> {
         let mut last_index = 0;
         let chunks = tokens.len().div_ceil(self.n_batch);
         for (i, chunk) in tokens.chunks(self.n_batch).enumerate() {
@@ -343,7 +339,7 @@ impl<'m> Session<'m> {
         limit: u32,
         mut logits_index: i32,
         events: &UnboundedSender<Event>,
-        generated: &mut Generated,
+        completion_tokens: &mut u32,
     ) -> Outcome {
         let vocab = self.model.vocab();
         let mut sampler = build_sampler(&request.sampling, self.model.n_vocab());
@@ -352,7 +348,7 @@ impl<'m> Session<'m> {
         let n_ctx = self.ctx.n_ctx() as usize;
         let send = |text: String| text.is_empty() || events.send(Event::Text(text)).is_ok();
         let reason = loop {
-            if generated.count >= limit {
+            if *completion_tokens >= limit {
                 break FinishReason::Length;
             }
             if self.shutting_down.load(Ordering::Relaxed) {
@@ -363,10 +359,9 @@ impl<'m> Session<'m> {
             }
             let token = sampler.sample(&self.ctx, logits_index);
             if vocab.is_eog(token) {
-                generated.pending = Some(token);
                 break FinishReason::Stop;
             }
-            generated.count += 1;
+            *completion_tokens += 1;
             let text = utf8.push(&vocab.token_to_piece(token, false, None));
             match stops.push(&text) {
                 StopScan::Continue(text) => {
@@ -375,12 +370,10 @@ impl<'m> Session<'m> {
                     }
                 }
                 StopScan::Stopped(text) => {
-                    generated.pending = Some(token);
                     return if send(text) { Outcome::Finished(FinishReason::Stop) } else { Outcome::Cancelled };
                 }
             }
-            if generated.count >= limit || self.cached.len() >= n_ctx {
-                generated.pending = Some(token);
+            if *completion_tokens >= limit || self.cached.len() >= n_ctx {
                 break FinishReason::Length;
             }
             logits_index = match self.decode(&[token], true) {
@@ -399,13 +392,4 @@ impl<'m> Session<'m> {
             Outcome::Cancelled
         }
     }
-}
-
-/// What a generation produced, for usage counts and the cache.
-#[derive(Default)]
-struct Generated {
-    /// Tokens generated (end-of-generation tokens excluded).
-    count: u32,
-    /// The last sampled token, not yet evaluated into the KV cache.
-    pending: Option<LlamaToken>,
 }

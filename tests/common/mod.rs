@@ -28,26 +28,28 @@ pub fn test_config(path: PathBuf) -> EngineConfig {
     EngineConfig { ctx_size: Some(4096), threads: 2, threads_batch: 2, ..EngineConfig::new(path) }
 }
 
-/// A running server over SmolLM2, shared by the tests of one binary.
+/// A running server over SmolLM2.
 pub struct TestServer {
     pub base: String,
     pub engine: Engine,
 }
 
-/// Starts (once per test binary) a server on 127.0.0.1:0 on its own runtime thread.
-pub fn server() -> &'static TestServer {
+/// Starts (once per test binary) a server on 127.0.0.1:0 on its own runtime thread; use it
+/// through [`exclusive_server`].
+fn server() -> &'static TestServer {
     static SERVER: OnceLock<TestServer> = OnceLock::new();
     SERVER.get_or_init(|| {
-        let engine = Engine::start(EngineConfig { queue_size: 2, ..test_config(smollm2_path()) })
-            .expect("SmolLM2 loads");
+        let engine = Engine::start(test_config(smollm2_path())).expect("SmolLM2 loads");
         spawn_server(engine)
     })
 }
 
-/// Tests that look at the cache must not interleave their requests.
-pub fn cache_lock() -> &'static tokio::sync::Mutex<()> {
+/// The shared server, for one test at a time: tests look at the cache, so their requests must
+/// not interleave. Hold the guard for the whole test.
+pub async fn exclusive_server() -> (tokio::sync::MutexGuard<'static, ()>, &'static TestServer) {
     static LOCK: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
-    LOCK.get_or_init(|| tokio::sync::Mutex::new(()))
+    let guard = LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await;
+    (guard, server())
 }
 
 /// A long system prompt of roughly `approx_tokens` tokens (varied text, like a real one).
@@ -55,8 +57,8 @@ pub fn long_system_prompt(approx_tokens: usize) -> String {
     let topics = ["rivers", "mountains", "libraries", "trains", "gardens", "satellites", "bakeries", "harbors"];
     let mut text = String::from("You are a helpful voice assistant for a smart home. Facts you know:\n");
     let mut i = 0;
-    // ~30 tokens per line.
-    while text.len() / 4 < approx_tokens {
+    // SmolLM2 and Gemma tokenize this text at about 2.7 characters per token.
+    while text.len() * 3 / 8 < approx_tokens {
         let topic = topics[i % topics.len()];
         text.push_str(&format!(
             "Fact {i}: the {topic} of region {} are known for feature {} since {}.\n",
