@@ -21,8 +21,7 @@ serve: models build
 
 # Tests run in the release profile: llama.cpp is then compiled once for both build and tests.
 test: models
-	cargo test --release --all-targets
-	cargo test --release --doc
+	cargo test --release
 
 # Cold/warm TTFT, decode speed and peak RSS of firstword (and llama-server with LLAMA_SERVER=path).
 bench: models build

@@ -8,9 +8,10 @@
 //! The crate is usable without HTTP: start an [`Engine`], submit a [`GenerationRequest`], read
 //! [`Event`]s.
 //!
-//! ```no_run
+//! ```
 //! use firstword::{ChatMessage, Engine, EngineConfig, Event, GenerationRequest};
 //!
+//! // `make test` fetches this model; `models/fetch.py` does it on its own.
 //! let engine = Engine::start(EngineConfig::new("models/SmolLM2-135M-Instruct.Q4_1.gguf"))?;
 //! let mut request = GenerationRequest::chat(vec![
 //!     ChatMessage::system("You are a concise assistant."),
@@ -18,14 +19,16 @@
 //! ]);
 //! request.max_tokens = Some(32);
 //! let mut generation = engine.submit(request)?;
+//! let mut answer = String::new();
 //! while let Some(event) = generation.next_blocking() {
 //!     match event {
-//!         Event::Text(text) => print!("{text}"),
-//!         Event::Finished { usage, .. } => println!("\n{} tokens", usage.completion_tokens),
+//!         Event::Text(text) => answer.push_str(&text),
+//!         Event::Finished { usage, .. } => assert!(usage.completion_tokens <= 32),
 //!         Event::Failed(e) => return Err(e.into()),
 //!         Event::Started { .. } => {}
 //!     }
 //! }
+//! assert!(!answer.is_empty());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

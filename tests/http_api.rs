@@ -302,3 +302,54 @@ async fn health_and_models_answer() {
     assert_eq!(card["owned_by"], "firstword");
     assert!(card["created"].is_u64());
 }
+
+#[tokio::test]
+async fn requests_real_clients_send_are_accepted() {
+    let (_guard, server) = exclusive_server().await;
+    // Shapes from openai-node, LiveKit, Home Assistant and LiteLLM (see OPENAI-COMPAT notes).
+    let (status, body) = post(
+        &server.base,
+        &json!({
+            "model": "gpt-4o-mini",
+            "messages": [
+                {"role": "developer", "content": "You control the lights."},
+                {"role": "user", "content": [{"type": "text", "text": "Turn on"}, {"type": "text", "text": "the kitchen light"}], "name": "alice"},
+                {"role": "assistant", "content": null, "refusal": null, "parsed": null,
+                 "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "set_light", "arguments": "{\"room\": \"kitchen\", \"on\": true}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "{\"ok\": true}"},
+                {"role": "assistant", "tool_calls": [{"id": "call_2", "type": "function", "function": {"name": "set_light", "arguments": {"room": "hall"}}}]},
+                {"role": "tool", "tool_call_id": "call_2", "content": "done"},
+                {"role": "user", "content": "Thanks!"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "set_light", "strict": true,
+                "parameters": {"type": "object", "properties": {"room": {"type": "string"}, "on": {"type": "boolean"}},
+                               "required": ["room"], "additionalProperties": false}}}],
+            "tool_choice": "none",
+            "response_format": null,
+            "user": "alice", "metadata": {"session": "1"}, "store": false,
+            "max_tokens": 8, "max_completion_tokens": 8,
+            "stop": ["\n\n"], "seed": 42, "top_k": 20, "min_p": 0.1, "repeat_penalty": 1.1,
+            "presence_penalty": 0.5, "frequency_penalty": 0.5, "logit_bias": {"5": -1},
+            "parallel_tool_calls": true, "some_future_field": {"x": 1}
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["choices"][0]["message"]["content"].is_string());
+}
+
+#[tokio::test]
+async fn stop_strings_end_generation_before_them() {
+    let (_guard, server) = exclusive_server().await;
+    let request = |stop: Value| {
+        json!({"messages": [{"role": "user", "content": "Count from 1 to 20, separated by commas."}],
+               "max_tokens": 40, "temperature": 0, "stop": stop})
+    };
+    let (_, free) = post(&server.base, &request(Value::Null)).await;
+    let text = free["choices"][0]["message"]["content"].as_str().expect("content").to_string();
+    let at = text.find('5').expect("the count reaches 5");
+    let (status, stopped) = post(&server.base, &request(json!(["5", "never"]))).await;
+    assert_eq!(status, 200, "{stopped}");
+    assert_eq!(stopped["choices"][0]["message"]["content"].as_str(), Some(&text[..at]));
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+}
