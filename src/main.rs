@@ -132,6 +132,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("cannot resolve {}", args.host))?;
     let listener =
         tokio::net::TcpListener::bind(address).await.map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
+    let address = listener.local_addr()?;
     // Listen first, so /health answers 503 while the model loads.
     let engine = Engine::spawn(args.engine_config());
     let mut server = tokio::spawn(firstword::api::serve(listener, engine.clone(), shutdown_signal(engine.clone())));

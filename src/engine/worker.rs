@@ -268,19 +268,13 @@ impl<'m> Session<'m> {
     /// Cuts the KV cache to the longest prefix shared with `tokens`; returns how many it kept.
     fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> usize {
         let mut keep = plan_reuse(&self.cached, tokens);
-        tracing::debug!(
-            keep,
-            cached = self.cached.len(),
-            prompt = tokens.len(),
-            pos_min = self.ctx.kv_cache_seq_pos_min(0),
-            pos_max = self.ctx.kv_cache_seq_pos_max(0),
-            "prefix reuse"
-        );
-        if keep > 0 && !window_covers(self.ctx.kv_cache_seq_pos_min(0), keep, self.n_swa) {
+        let pos_min = self.ctx.kv_cache_seq_pos_min(0);
+        tracing::debug!(keep, cached = self.cached.len(), prompt = tokens.len(), pos_min, "prefix reuse");
+        if keep > 0 && !window_covers(pos_min, keep, self.n_swa) {
             tracing::info!(
                 keep,
                 n_swa = self.n_swa,
-                pos_min = self.ctx.kv_cache_seq_pos_min(0),
+                pos_min,
                 "the sliding-window cache no longer holds what this prefix needs; prefilling in full"
             );
             keep = 0;
