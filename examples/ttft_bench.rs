@@ -30,6 +30,7 @@ struct Samples {
 
 struct Turn {
     ttft: Duration,
+    prompt_tokens: u64,
     text: String,
     decode_tok_s: f64,
 }
@@ -82,7 +83,7 @@ async fn stream_turn(
     anyhow::ensure!(response.status().is_success(), "HTTP {}", response.status());
     let (mut buffer, mut text) = (String::new(), String::new());
     let (mut first, mut last) = (None, start.elapsed());
-    let mut completion_tokens = 0u64;
+    let (mut completion_tokens, mut prompt_tokens) = (0u64, 0u64);
     while let Some(chunk) = response.chunk().await? {
         buffer.push_str(&String::from_utf8_lossy(&chunk));
         while let Some(end) = buffer.find("\n\n") {
@@ -101,6 +102,7 @@ async fn stream_turn(
             }
             if let Some(n) = value["usage"]["completion_tokens"].as_u64() {
                 completion_tokens = n;
+                prompt_tokens = value["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
             }
         }
     }
@@ -111,7 +113,7 @@ async fn stream_turn(
     } else {
         f64::NAN
     };
-    Ok(Turn { ttft, text, decode_tok_s })
+    Ok(Turn { ttft, prompt_tokens, text, decode_tok_s })
 }
 
 fn peak_rss_mb(pid: u32) -> Option<f64> {
@@ -169,9 +171,10 @@ async fn main() -> anyhow::Result<()> {
                 let turn = stream_turn(&client, server, &messages, 32).await?;
                 let ms = turn.ttft.as_secs_f64() * 1e3;
                 eprintln!(
-                    "rep {rep} {:<14} turn {} ttft {ms:>9.1} ms decode {:>6.1} tok/s",
+                    "rep {rep} {:<14} turn {} prompt {:>5} tokens ttft {ms:>9.1} ms decode {:>6.1} tok/s",
                     server.name,
                     t + 1,
+                    turn.prompt_tokens,
                     turn.decode_tok_s
                 );
                 if t == 0 {

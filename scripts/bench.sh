@@ -12,22 +12,31 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-wait_healthy() {
+port_free() {
+  if curl -s "http://127.0.0.1:$1/" >/dev/null 2>&1; then
+    echo "port $1 is already taken by another server; stop it first" >&2; return 1
+  fi
+}
+
+wait_healthy() {  # PORT PID
   for _ in $(seq 1 600); do
+    kill -0 "$2" 2>/dev/null || { echo "the server for port $1 exited" >&2; return 1; }
     curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
     sleep 0.2
   done
   echo "server on port $1 did not become healthy" >&2; return 1
 }
 
+port_free 18080
 ./target/release/firstword serve -m "$model" --port 18080 -c "$ctx" -t "$threads" --threads-batch "$threads" 2>/tmp/firstword-bench.log &
 pids+=($!); servers=(--server "firstword=http://127.0.0.1:18080@$!")
-wait_healthy 18080
+wait_healthy 18080 $!
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
+  port_free 18081
   "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja 2>/tmp/llama-server-bench.log &
   pids+=($!); servers+=(--server "llama-server=http://127.0.0.1:18081@$!")
-  wait_healthy 18081
+  wait_healthy 18081 $!
 fi
 
 echo "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -16,7 +16,7 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
-command -v unzip >/dev/null 2>&1 || need+=(unzip)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 # bindgen needs libclang.so; Debian ships it in libclang-dev (unversioned symlink).
 if ! ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 && ! ls /usr/lib/*/libclang*.so >/dev/null 2>&1; then
   need+=(libclang-dev)
