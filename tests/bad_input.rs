@@ -88,6 +88,7 @@ async fn bad_requests_get_4xx_envelopes_and_change_nothing() {
         ("negative top_k", with(ok.clone(), "top_k", json!(-1)).to_string().into_bytes(), 400, Some("top_k")),
         ("min_p above one", with(ok.clone(), "min_p", json!(3)).to_string().into_bytes(), 400, Some("min_p")),
         ("presence_penalty out of range", with(ok.clone(), "presence_penalty", json!(5)).to_string().into_bytes(), 400, Some("presence_penalty")),
+        ("repeat_penalty zero", with(ok.clone(), "repeat_penalty", json!(0)).to_string().into_bytes(), 400, Some("repeat_penalty")),
         ("frequency_penalty out of range", with(ok.clone(), "frequency_penalty", json!(-3)).to_string().into_bytes(), 400, Some("frequency_penalty")),
         ("stop of the wrong type", with(ok.clone(), "stop", json!(7)).to_string().into_bytes(), 400, Some("stop")),
         ("stream not a bool", with(ok.clone(), "stream", json!("yes")).to_string().into_bytes(), 400, Some("stream")),

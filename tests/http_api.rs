@@ -353,3 +353,21 @@ async fn stop_strings_end_generation_before_them() {
     assert_eq!(stopped["choices"][0]["message"]["content"].as_str(), Some(&text[..at]));
     assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
 }
+
+#[tokio::test]
+async fn health_is_503_while_the_model_loads() {
+    // A FIFO with no writer: opening the "model" blocks, so the engine stays in loading.
+    let fifo = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("loading-forever.gguf");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+    assert!(made.success());
+    let loading = common::spawn_server(firstword::Engine::spawn(firstword::EngineConfig::new(&fifo)));
+    let client = reqwest::Client::new();
+    let health = client.get(format!("{}/health", loading.base)).send().await.expect("health");
+    assert_eq!(health.status().as_u16(), 503);
+    let body: Value = health.json().await.expect("envelope");
+    assert_eq!(body["error"]["code"], "model_loading", "{body}");
+    let (status, body) = post(&loading.base, &json!({"messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "model_loading");
+}

@@ -87,7 +87,7 @@ pub(super) async fn chat_completions(
         Some(Event::Failed(e)) => return Err(e.into()),
         _ => return Err(late_error(None)),
     }
-    let id = format!("chatcmpl-{}", fastrand_id());
+    let id = format!("chatcmpl-{}", random_id());
     let meta = ResponseMeta { id, model: job.model, created: unix_now() };
     if job.stream {
         Ok(stream_response(generation, meta, job.include_usage).into_response())
@@ -97,7 +97,7 @@ pub(super) async fn chat_completions(
 }
 
 /// 24 random alphanumerics, for response ids.
-fn fastrand_id() -> String {
+fn random_id() -> String {
     std::iter::repeat_with(fastrand::alphanumeric).take(24).collect()
 }
 

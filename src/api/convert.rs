@@ -70,9 +70,12 @@ impl ChatCompletionRequest {
             seed: self.seed.map(|s| s as u32),
             presence_penalty: in_range("presence_penalty", self.presence_penalty, -2.0, 2.0)?.unwrap_or(0.0),
             frequency_penalty: in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?.unwrap_or(0.0),
-            repeat_penalty: in_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)?
-                .filter(|&p| p > 0.0)
-                .unwrap_or(1.0),
+            repeat_penalty: match in_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)? {
+                Some(p) if p <= 0.0 => {
+                    return Err(ApiError::invalid("repeat_penalty", "'repeat_penalty' must be above 0 (1 disables it)"))
+                }
+                other => other.unwrap_or(defaults.repeat_penalty),
+            },
             repeat_last_n,
             logit_bias: convert_logit_bias(self.logit_bias, model.n_vocab)?,
         };
