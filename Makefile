@@ -1,22 +1,27 @@
 # The two commands of the README: `make serve` and `make test`. Both install what is missing
 # (system packages, the models) first, so they work on a fresh Debian/Ubuntu machine.
 
-MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+DEFAULT_MODEL := SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL ?= models/$(DEFAULT_MODEL)
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: serve test setup models build bench
+.PHONY: serve test setup models default-model build bench
 
 setup:
 	bash scripts/setup-system.sh
 
+# Every model of the manifest (the tests use all of them).
 models: setup
 	python3 models/fetch.py
+
+default-model: setup
+	python3 models/fetch.py $(DEFAULT_MODEL)
 
 build: setup
 	cargo build --release
 
-serve: models build
+serve: default-model build
 	./target/release/firstword serve -m $(MODEL) --host $(HOST) --port $(PORT)
 
 # Tests run in the release profile: llama.cpp is then compiled once for both build and tests.
@@ -24,5 +29,5 @@ test: models
 	cargo test --release
 
 # Cold/warm TTFT, decode speed and peak RSS of firstword (and llama-server with LLAMA_SERVER=path).
-bench: models build
+bench: default-model build
 	bash scripts/bench.sh $(MODEL)
