@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::LazyLock;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use firstword::engine::{physical_cores, EngineConfig, FlashAttention, LLAMA_CPP_BUILD};
+use firstword::engine::{EngineConfig, FlashAttention, LLAMA_CPP_BUILD};
 use firstword::Engine;
 use tracing_subscriber::EnvFilter;
 
@@ -55,13 +55,13 @@ struct ServeArgs {
     #[arg(long = "threads-batch", env = "FIRSTWORD_THREADS_BATCH")]
     threads_batch: Option<u32>,
     /// Logical batch size: most prompt tokens per decode call.
-    #[arg(short = 'b', long = "batch-size", env = "FIRSTWORD_BATCH_SIZE", default_value_t = 2048)]
+    #[arg(short = 'b', long = "batch-size", env = "FIRSTWORD_BATCH_SIZE", default_value_t = EngineConfig::DEFAULT_BATCH_SIZE)]
     batch_size: u32,
     /// Physical batch size: most tokens computed at once.
-    #[arg(long = "ubatch-size", visible_alias = "ub", env = "FIRSTWORD_UBATCH_SIZE", default_value_t = 512)]
+    #[arg(long = "ubatch-size", visible_alias = "ub", env = "FIRSTWORD_UBATCH_SIZE", default_value_t = EngineConfig::DEFAULT_UBATCH_SIZE)]
     ubatch_size: u32,
     /// Layers to offload to the GPU (GPU builds only).
-    #[arg(long = "n-gpu-layers", visible_alias = "ngl", env = "FIRSTWORD_N_GPU_LAYERS", default_value_t = 999)]
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", env = "FIRSTWORD_N_GPU_LAYERS", default_value_t = EngineConfig::DEFAULT_N_GPU_LAYERS)]
     n_gpu_layers: u32,
     /// Flash attention: on, off, or auto (llama.cpp decides per backend).
     #[arg(long = "flash-attn", visible_alias = "fa", env = "FIRSTWORD_FLASH_ATTN", value_enum, default_value = "auto")]
@@ -80,17 +80,17 @@ struct ServeArgs {
     #[arg(long = "chat-template-file", env = "FIRSTWORD_CHAT_TEMPLATE_FILE")]
     chat_template_file: Option<PathBuf>,
     /// Requests that may wait while one generates; more get 503 with Retry-After.
-    #[arg(long = "queue-size", env = "FIRSTWORD_QUEUE_SIZE", default_value_t = 16)]
+    #[arg(long = "queue-size", env = "FIRSTWORD_QUEUE_SIZE", default_value_t = EngineConfig::DEFAULT_QUEUE_SIZE)]
     queue_size: usize,
 }
 
 impl ServeArgs {
     fn engine_config(&self) -> EngineConfig {
-        let cores = physical_cores();
+        let defaults = EngineConfig::new(&self.model);
         EngineConfig {
             ctx_size: self.ctx_size,
-            threads: self.threads.unwrap_or(cores),
-            threads_batch: self.threads_batch.unwrap_or(cores),
+            threads: self.threads.unwrap_or(defaults.threads),
+            threads_batch: self.threads_batch.unwrap_or(defaults.threads_batch),
             batch_size: self.batch_size,
             ubatch_size: self.ubatch_size,
             n_gpu_layers: self.n_gpu_layers,
@@ -104,7 +104,7 @@ impl ServeArgs {
             mmap: !self.no_mmap,
             chat_template_file: self.chat_template_file.clone(),
             queue_size: self.queue_size,
-            ..EngineConfig::new(&self.model)
+            ..defaults
         }
     }
 }

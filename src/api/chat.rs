@@ -2,7 +2,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -17,15 +16,11 @@ use super::wire::{
     ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Delta, PromptTokensDetails,
     ResponseMessage, WireTimings, WireUsage,
 };
-use super::AppState;
+use super::{unix_now, AppState};
 use crate::engine::{EngineError, Event, FinishReason, Generation, Timings, Usage};
 
 /// Sent as `system_fingerprint`: identifies the server build.
 const FINGERPRINT: &str = concat!("firstword-", env!("CARGO_PKG_VERSION"));
-
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
 
 fn finish_reason(reason: FinishReason) -> &'static str {
     match reason {

@@ -29,10 +29,14 @@ struct AppState {
     started_at: u64,
 }
 
+/// Seconds since the Unix epoch, for `created` fields.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 /// The API's routes over an engine.
 pub fn router(engine: Engine) -> Router {
-    let started_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let state = Arc::new(AppState { engine, started_at });
+    let state = Arc::new(AppState { engine, started_at: unix_now() });
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/chat/completions", post(chat::chat_completions))

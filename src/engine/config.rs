@@ -48,6 +48,15 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
+    /// Default logical batch size (llama-server's).
+    pub const DEFAULT_BATCH_SIZE: u32 = 2048;
+    /// Default physical batch size (llama-server's).
+    pub const DEFAULT_UBATCH_SIZE: u32 = 512;
+    /// Default GPU layers: all of them (ignored by CPU builds).
+    pub const DEFAULT_N_GPU_LAYERS: u32 = 999;
+    /// Default number of requests that may wait.
+    pub const DEFAULT_QUEUE_SIZE: usize = 16;
+
     /// Defaults for a model path: sizes like llama-server's, threads = physical cores.
     #[must_use]
     pub fn new(model_path: impl Into<PathBuf>) -> Self {
@@ -57,15 +66,15 @@ impl EngineConfig {
             ctx_size: None,
             threads: cores,
             threads_batch: cores,
-            batch_size: 2048,
-            ubatch_size: 512,
-            n_gpu_layers: 999,
+            batch_size: Self::DEFAULT_BATCH_SIZE,
+            ubatch_size: Self::DEFAULT_UBATCH_SIZE,
+            n_gpu_layers: Self::DEFAULT_N_GPU_LAYERS,
             flash_attention: FlashAttention::Auto,
             swa_full: true,
             mlock: false,
             mmap: true,
             chat_template_file: None,
-            queue_size: 16,
+            queue_size: Self::DEFAULT_QUEUE_SIZE,
         }
     }
 }
