@@ -25,7 +25,9 @@ serve: default-model build
 	./target/release/firstword serve -m $(MODEL) --host $(HOST) --port $(PORT)
 
 # Tests run in the release profile: llama.cpp is then compiled once for both build and tests.
+# tests/openai_sdk.rs drives the server with the pinned openai Python SDK (target/sdk-venv).
 test: models
+	bash scripts/sdk-venv.sh
 	cargo test --release
 
 # Cold/warm TTFT, decode speed and peak RSS of firstword (and llama-server with LLAMA_SERVER=path).

@@ -15,7 +15,8 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
-python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
+# `venv --help` works without python3-venv; creating one needs ensurepip.
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # bindgen needs libclang.so; Debian ships it in libclang-dev (unversioned symlink).
 if ! ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 && ! ls /usr/lib/*/libclang*.so >/dev/null 2>&1; then

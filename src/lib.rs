@@ -38,6 +38,7 @@
 pub mod api;
 pub mod chat;
 pub mod engine;
+pub mod tools;
 
 pub use chat::{ChatMessage, Role};
 pub use engine::{

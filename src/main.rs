@@ -141,13 +141,14 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         served = &mut server => return served?.map_err(Into::into),
     };
     tracing::info!(
-        "firstword {} ready: model {} (arch {}), context {} tokens{}, template {}, threads {}/{} (gen/batch), {}, listening on http://{address}",
+        "firstword {} ready: model {} (arch {}), context {} tokens{}, template {}, tool calls {}, threads {}/{} (gen/batch), {}, listening on http://{address}",
         env!("CARGO_PKG_VERSION"),
         args.model.display(),
         info.architecture,
         info.n_ctx,
         info.n_swa.map_or(String::new(), |n| format!(", sliding window {n}")),
         info.template_source,
+        info.tool_format.name(),
         info.threads,
         info.threads_batch,
         LLAMA_CPP_BUILD,

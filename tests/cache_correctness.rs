@@ -18,6 +18,8 @@ fn run(engine: &Engine, prompt: Prompt, max_tokens: u32) -> (String, Usage, Fini
         max_tokens: Some(max_tokens),
         stop: Vec::new(),
         sampling: SamplingParams::greedy(),
+        grammar: None,
+        preserved_tokens: Vec::new(),
     };
     let mut generation = engine.submit(request).expect("submitted");
     let mut text = String::new();
@@ -33,7 +35,7 @@ fn run(engine: &Engine, prompt: Prompt, max_tokens: u32) -> (String, Usage, Fini
 }
 
 fn chat(messages: Vec<ChatMessage>) -> Prompt {
-    Prompt::Chat { messages, tools: None }
+    Prompt::Chat { messages, tools: Vec::new() }
 }
 
 /// Turn 1 then turn 2 on `reused`; turn 2 again on a fresh engine with the same split.
@@ -149,6 +151,8 @@ fn gemma_without_a_template_uses_gemma_turns_and_stops_at_end_of_turn() {
         max_tokens: Some(64),
         stop: Vec::new(),
         sampling: SamplingParams { logit_bias: vec![(end_of_turn, 12.0)], ..SamplingParams::greedy() },
+        grammar: None,
+        preserved_tokens: Vec::new(),
     };
     let mut generation = engine.submit(request).expect("submitted");
     let (mut text, mut finished) = (String::new(), None);

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, Stream};
 
+use super::answer::AnswerShaper;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::wire::{
@@ -17,17 +18,10 @@ use super::wire::{
     ResponseMessage, WireTimings, WireUsage,
 };
 use super::{unix_now, AppState};
-use crate::engine::{EngineError, Event, FinishReason, Generation, Timings, Usage};
+use crate::engine::{EngineError, Event, Generation, Timings, Usage};
 
 /// Sent as `system_fingerprint`: identifies the server build.
 const FINGERPRINT: &str = concat!("firstword-", env!("CARGO_PKG_VERSION"));
-
-fn finish_reason(reason: FinishReason) -> &'static str {
-    match reason {
-        FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-    }
-}
 
 fn wire_usage(usage: Usage) -> WireUsage {
     WireUsage {
@@ -84,10 +78,11 @@ pub(super) async fn chat_completions(
     }
     let id = format!("chatcmpl-{}", random_id());
     let meta = ResponseMeta { id, model: job.model, created: unix_now() };
+    let shaper = AnswerShaper::new(job.output);
     if job.stream {
-        Ok(stream_response(generation, meta, job.include_usage).into_response())
+        Ok(stream_response(generation, shaper, meta, job.include_usage).into_response())
     } else {
-        complete_response(generation, &meta).await
+        complete_response(generation, shaper, &meta).await
     }
 }
 
@@ -121,12 +116,20 @@ impl ResponseMeta {
     }
 }
 
-async fn complete_response(mut generation: Generation, meta: &ResponseMeta) -> Result<Response, ApiError> {
-    let mut content = String::new();
+async fn complete_response(
+    mut generation: Generation,
+    mut shaper: AnswerShaper,
+    meta: &ResponseMeta,
+) -> Result<Response, ApiError> {
     loop {
         match generation.next().await {
-            Some(Event::Text(text)) => content.push_str(&text),
+            Some(Event::Text(text)) => {
+                if shaper.text(text).done {
+                    generation.finish_now();
+                }
+            }
             Some(Event::Finished { reason, usage, timings }) => {
+                let ending = shaper.finish(reason)?;
                 let body = ChatCompletion {
                     id: &meta.id,
                     object: "chat.completion",
@@ -135,8 +138,12 @@ async fn complete_response(mut generation: Generation, meta: &ResponseMeta) -> R
                     system_fingerprint: FINGERPRINT,
                     choices: [Choice {
                         index: 0,
-                        message: ResponseMessage { role: "assistant", content: Some(content) },
-                        finish_reason: finish_reason(reason),
+                        message: ResponseMessage {
+                            role: "assistant",
+                            content: ending.content,
+                            tool_calls: ending.calls,
+                        },
+                        finish_reason: ending.finish_reason,
                         logprobs: None,
                     }],
                     usage: wire_usage(usage),
@@ -168,33 +175,46 @@ fn sse_json(value: &impl serde::Serialize) -> SseEvent {
 
 fn stream_response(
     generation: Generation,
+    shaper: AnswerShaper,
     meta: ResponseMeta,
     include_usage: bool,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let state = (generation, meta, StreamStage::Opening);
-    let events = stream::unfold(state, move |(mut generation, meta, stage)| async move {
+    let state = (generation, Some(shaper), meta, StreamStage::Opening);
+    let events = stream::unfold(state, move |(mut generation, mut shaper, meta, stage)| async move {
         let (events, next_stage) = match stage {
             StreamStage::Opening => {
-                let delta = Delta { role: Some("assistant"), content: Some(String::new()) };
+                let delta = Delta { role: Some("assistant"), content: Some(String::new()), ..Delta::default() };
                 (vec![sse_json(&meta.delta_chunk(delta, None))], StreamStage::Relaying)
             }
             StreamStage::Relaying => match generation.next().await {
                 Some(Event::Text(text)) => {
-                    let delta = Delta { role: None, content: Some(text) };
-                    (vec![sse_json(&meta.delta_chunk(delta, None))], StreamStage::Relaying)
+                    let mut events = Vec::new();
+                    if let Some(shaped) = shaper.as_mut().map(|s| s.text(text)) {
+                        if shaped.done {
+                            generation.finish_now();
+                        }
+                        events.extend(shaped.deltas.into_iter().map(|d| sse_json(&meta.delta_chunk(d, None))));
+                    }
+                    (events, StreamStage::Relaying)
                 }
                 Some(Event::Started { .. }) => (Vec::new(), StreamStage::Relaying),
-                Some(Event::Finished { reason, usage, timings }) => {
-                    let mut last = meta.delta_chunk(Delta::default(), Some(finish_reason(reason)));
-                    last.timings = Some(wire_timings(usage, timings));
-                    let mut events = vec![sse_json(&last)];
-                    if include_usage {
-                        let mut usage_chunk = meta.chunk(Vec::new());
-                        usage_chunk.usage = Some(wire_usage(usage));
-                        events.push(sse_json(&usage_chunk));
+                Some(Event::Finished { reason, usage, timings }) => match shaper.take().map(|s| s.finish(reason)) {
+                    Some(Ok(ending)) => {
+                        let mut events: Vec<SseEvent> =
+                            ending.deltas.into_iter().map(|d| sse_json(&meta.delta_chunk(d, None))).collect();
+                        let mut last = meta.delta_chunk(Delta::default(), Some(ending.finish_reason));
+                        last.timings = Some(wire_timings(usage, timings));
+                        events.push(sse_json(&last));
+                        if include_usage {
+                            let mut usage_chunk = meta.chunk(Vec::new());
+                            usage_chunk.usage = Some(wire_usage(usage));
+                            events.push(sse_json(&usage_chunk));
+                        }
+                        (events, StreamStage::Closing)
                     }
-                    (events, StreamStage::Closing)
-                }
+                    Some(Err(e)) => (vec![SseEvent::default().data(e.to_json())], StreamStage::Closing),
+                    None => (vec![SseEvent::default().data(late_error(None).to_json())], StreamStage::Closing),
+                },
                 Some(Event::Failed(e)) => {
                     (vec![SseEvent::default().data(late_error(Some(e)).to_json())], StreamStage::Closing)
                 }
@@ -203,7 +223,7 @@ fn stream_response(
             StreamStage::Closing => (vec![SseEvent::default().data("[DONE]")], StreamStage::Done),
             StreamStage::Done => return None,
         };
-        Some((stream::iter(events.into_iter().map(Ok)), (generation, meta, next_stage)))
+        Some((stream::iter(events.into_iter().map(Ok)), (generation, shaper, meta, next_stage)))
     });
     Sse::new(futures_util::StreamExt::flatten(events)).keep_alive(KeepAlive::default())
 }

@@ -9,6 +9,7 @@ use super::error::ApiError;
 use super::wire::{ChatCompletionRequest, Content, Stop, WireMessage};
 use crate::chat::{ChatMessage, Role, ToolCall};
 use crate::engine::{GenerationRequest, ModelInfo, Prompt, SamplingParams};
+use crate::tools::{request_grammar, OutputSchema, ToolChoice, ToolError, ToolFormat, ToolSet, ToolSpec};
 
 /// A validated request: what to run and how to answer.
 #[derive(Debug)]
@@ -17,6 +18,29 @@ pub(crate) struct ChatJob {
     pub stream: bool,
     pub include_usage: bool,
     pub model: String,
+    pub output: OutputPlan,
+}
+
+/// How the generated text becomes the answer.
+#[derive(Debug)]
+pub(crate) struct OutputPlan {
+    /// The format calls are written in.
+    pub format: ToolFormat,
+    /// Tools the model may call; `None` when calls are not allowed (text is then plain content).
+    pub tools: Option<ToolSet>,
+    /// The schema a JSON reply must match.
+    pub schema: Option<OutputSchema>,
+}
+
+impl From<ToolError> for ApiError {
+    fn from(error: ToolError) -> Self {
+        let code = match error {
+            ToolError::UnknownChoice(_) | ToolError::ChoiceWithoutTools(_) => "invalid_tool_choice",
+            ToolError::UnusableOutputSchema(_) => "invalid_response_format",
+            _ => "invalid_tools",
+        };
+        ApiError::invalid(error.param(), error.to_string()).with_code(code)
+    }
 }
 
 fn in_range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<Option<f32>, ApiError> {
@@ -37,8 +61,14 @@ impl ChatCompletionRequest {
         if self.logprobs == Some(true) || self.top_logprobs.is_some_and(|n| n > 0) {
             return Err(ApiError::invalid("logprobs", "logprobs are not supported by this server"));
         }
-        check_tool_options(&self)?;
         let messages = convert_messages(self.messages)?;
+        let specs = convert_tools(self.tools.unwrap_or_default())?;
+        let choice = convert_tool_choice(self.tool_choice)?;
+        let tools = ToolSet::new(specs.clone())?;
+        tools.check_choice(&choice)?;
+        let schema = convert_response_format(self.response_format)?;
+        let parallel = self.parallel_tool_calls.unwrap_or(true);
+        let grammar = request_grammar(model.tool_format, &tools, &choice, parallel, schema.as_ref());
 
         let max_tokens = match self.max_completion_tokens.or(self.max_tokens) {
             None => None,
@@ -79,43 +109,124 @@ impl ChatCompletionRequest {
             repeat_last_n,
             logit_bias: convert_logit_bias(self.logit_bias, model.n_vocab)?,
         };
-        let stop = match self.stop {
+        let mut stop = match self.stop {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s],
             Some(Stop::Many(list)) => list,
         };
+        let calls_allowed = !tools.is_empty() && choice != ToolChoice::None;
+        if !tools.is_empty() && !calls_allowed {
+            // The tools stay in the prompt (so it stays cached), but a call must not start.
+            stop.extend(model.tool_format.openers().into_iter().map(String::from));
+        }
         let include_usage = self.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
-        let tools = self.tools.filter(|t| !t.is_empty()).map(Value::Array);
         Ok(ChatJob {
-            request: GenerationRequest { prompt: Prompt::Chat { messages, tools }, max_tokens, stop, sampling },
+            request: GenerationRequest {
+                prompt: Prompt::Chat { messages, tools: specs },
+                max_tokens,
+                stop,
+                sampling,
+                grammar,
+                preserved_tokens: if tools.is_empty() {
+                    Vec::new()
+                } else {
+                    model.tool_format.markers().into_iter().map(String::from).collect()
+                },
+            },
             stream: self.stream.unwrap_or(false),
             include_usage,
             model: self.model.filter(|m| !m.is_empty()).unwrap_or_else(|| model.id.clone()),
+            output: OutputPlan { format: model.tool_format, tools: calls_allowed.then_some(tools), schema },
         })
     }
 }
 
-/// Tool calling without grammar constraints cannot guarantee a call; refuse what it would fake.
-fn check_tool_options(request: &ChatCompletionRequest) -> Result<(), ApiError> {
-    match &request.tool_choice {
-        None | Some(Value::Null) => {}
-        Some(Value::String(choice)) if choice == "auto" || choice == "none" => {}
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                "tool_choice 'required' or a named function is not supported yet by this server",
-            )
-            .with_code("unsupported_tool_choice"))
-        }
-    }
-    match &request.response_format {
-        None | Some(Value::Null) => Ok(()),
-        Some(format) if format.get("type").and_then(Value::as_str) == Some("text") => Ok(()),
-        Some(_) => Err(ApiError::invalid(
-            "response_format",
-            "response_format json_object/json_schema is not supported yet by this server",
+/// `tools`: each `{"type": "function", "function": {"name", "description"?, "parameters"?}}`.
+fn convert_tools(tools: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
+    tools
+        .into_iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            let param = |field: &str| format!("tools[{i}]{field}");
+            match tool.get("type").and_then(Value::as_str) {
+                Some("function") => {}
+                Some(other) => {
+                    return Err(ApiError::invalid(
+                        param(".type"),
+                        format!("tool type '{other}' is not supported; only 'function' tools are"),
+                    ))
+                }
+                None => return Err(ApiError::invalid(param(".type"), "a tool needs \"type\": \"function\"")),
+            }
+            let function = tool
+                .get("function")
+                .and_then(Value::as_object)
+                .ok_or_else(|| ApiError::invalid(param(".function"), "a function tool needs a 'function' object"))?;
+            let name = function
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::invalid(param(".function.name"), "a function needs a 'name' string"))?;
+            let description = match function.get("description") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(text)) => Some(text.clone()),
+                Some(_) => return Err(ApiError::invalid(param(".function.description"), "must be a string")),
+            };
+            // No parameters: a function without arguments.
+            let parameters = match function.get("parameters") {
+                None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
+                Some(schema) => schema.clone(),
+            };
+            Ok(ToolSpec { name: name.to_string(), description, parameters })
+        })
+        .collect()
+}
+
+/// `tool_choice`: `"auto"`, `"none"`, `"required"` or `{"type": "function", "function": {"name"}}`.
+fn convert_tool_choice(choice: Option<Value>) -> Result<ToolChoice, ApiError> {
+    let invalid = || {
+        ApiError::invalid(
+            "tool_choice",
+            "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
         )
-        .with_code("unsupported_response_format")),
+        .with_code("invalid_tool_choice")
+    };
+    Ok(match choice {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(choice)) => match choice.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => return Err(invalid()),
+        },
+        Some(object) => {
+            let name = object.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
+            match (object.get("type").and_then(Value::as_str), name) {
+                (Some("function"), Some(name)) => ToolChoice::Function(name.to_string()),
+                _ => return Err(invalid()),
+            }
+        }
+    })
+}
+
+/// `response_format`: `text`, `json_object` or `json_schema` (`{"json_schema": {"schema"}}`).
+fn convert_response_format(format: Option<Value>) -> Result<Option<OutputSchema>, ApiError> {
+    let Some(format) = format.filter(|f| !f.is_null()) else { return Ok(None) };
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(OutputSchema::new(&serde_json::json!({"type": "object"}))?)),
+        Some("json_schema") => {
+            let schema = format.get("json_schema").and_then(|s| s.get("schema")).ok_or_else(|| {
+                ApiError::invalid("response_format.json_schema.schema", "json_schema mode needs 'json_schema.schema'")
+            })?;
+            OutputSchema::new(schema).map(Some).map_err(|e| {
+                ApiError::invalid("response_format.json_schema.schema", e.to_string())
+                    .with_code("invalid_response_format")
+            })
+        }
+        _ => Err(ApiError::invalid(
+            "response_format.type",
+            "response_format.type must be \"text\", \"json_object\" or \"json_schema\"",
+        )),
     }
 }
 

@@ -95,6 +95,9 @@ impl From<EngineError> for ApiError {
             EngineError::ContextOverflow { .. } => (StatusCode::BAD_REQUEST, "context_length_exceeded"),
             EngineError::EmptyPrompt => (StatusCode::BAD_REQUEST, "empty_prompt"),
             EngineError::InvalidToken { .. } => (StatusCode::BAD_REQUEST, "invalid_token"),
+            EngineError::InvalidGrammar(_) => (StatusCode::BAD_REQUEST, "invalid_grammar"),
+            // The request was valid; the model could not produce output the grammar allows.
+            EngineError::GrammarDeadEnd(_) => (StatusCode::UNPROCESSABLE_ENTITY, "constrained_generation_failed"),
             EngineError::Loading => (StatusCode::SERVICE_UNAVAILABLE, "model_loading"),
             EngineError::QueueFull { .. } => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
             EngineError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),

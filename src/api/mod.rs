@@ -1,6 +1,7 @@
 //! The OpenAI-compatible HTTP API. Talks to the engine only through [`Engine`]; never to
 //! llama.cpp.
 
+mod answer;
 mod chat;
 mod convert;
 mod error;

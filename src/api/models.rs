@@ -26,6 +26,7 @@ pub(super) async fn list_models(State(state): State<Arc<AppState>>) -> Result<Js
                 n_ctx_train: info.n_ctx_train,
                 n_vocab: info.n_vocab,
                 chat_template: info.template_source.to_string(),
+                tool_format: info.tool_format.name(),
             },
         }],
     }))

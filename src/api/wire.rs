@@ -31,6 +31,7 @@ pub struct ChatCompletionRequest {
     pub top_logprobs: Option<i64>,
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
     pub response_format: Option<Value>,
 }
 
@@ -141,11 +142,29 @@ pub struct Choice {
     pub logprobs: Option<()>,
 }
 
-/// The assistant's message.
+/// The assistant's message. `content` is null when the reply is only tool calls.
 #[derive(Debug, Serialize)]
 pub struct ResponseMessage {
     pub role: &'static str,
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ResponseToolCall>,
+}
+
+/// A complete tool call of a non-streaming response.
+#[derive(Debug, Serialize)]
+pub struct ResponseToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+/// A called function and its arguments (JSON text).
+#[derive(Debug, Serialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
 }
 
 /// One streaming chunk.
@@ -179,6 +198,29 @@ pub struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<[ToolCallDelta; 1]>,
+}
+
+/// Part of a streamed tool call. The first delta of a call carries `id`, `type` and the name
+/// (with empty arguments); later ones only argument fragments, so concatenating clients never
+/// see a name or id twice.
+#[derive(Debug, Serialize)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+/// The function part of a [`ToolCallDelta`].
+#[derive(Debug, Serialize)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
 }
 
 /// `GET /v1/models` body.
@@ -206,4 +248,5 @@ pub struct ModelMeta {
     pub n_ctx_train: u32,
     pub n_vocab: i32,
     pub chat_template: String,
+    pub tool_format: &'static str,
 }

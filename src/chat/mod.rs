@@ -7,3 +7,8 @@ mod template;
 
 pub use message::{ChatMessage, Role, ToolCall};
 pub use template::{ChatTemplate, ModelTemplateFacts, TemplateError, TemplateSource};
+
+/// `value` as Python's `json.dumps` writes it (what templates and tool prompts show models).
+pub(crate) fn python_json(value: &serde_json::Value) -> String {
+    pyjson::dumps(value, None)
+}

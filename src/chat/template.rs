@@ -74,6 +74,7 @@ pub struct ModelTemplateFacts {
 #[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -94,7 +95,7 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
         env.add_template_owned(TEMPLATE_NAME, source.to_string()).map_err(|e| TemplateError::Compile(e.to_string()))?;
-        Ok(Self { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        Ok(Self { env, source: source.to_string(), bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
     }
 
     /// Picks the template for a model: a user file first, then the GGUF's own, then one known
@@ -121,6 +122,12 @@ impl ChatTemplate {
             return Ok((compile(GEMMA_TEMPLATE)?, TemplateSource::Builtin("gemma")));
         }
         Err(TemplateError::Missing(facts.architecture.clone()))
+    }
+
+    /// The template's Jinja source.
+    #[must_use]
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders a conversation to prompt text.

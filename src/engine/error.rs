@@ -74,6 +74,12 @@ pub enum EngineError {
         /// Context size.
         n_ctx: u32,
     },
+    /// The request's grammar does not parse.
+    #[error("invalid grammar: {0}")]
+    InvalidGrammar(String),
+    /// Generation reached a point where the grammar allows no token.
+    #[error("constrained generation failed: {0}")]
+    GrammarDeadEnd(String),
     /// llama.cpp failed to evaluate a batch.
     #[error("llama.cpp decode failed: {0}")]
     Decode(String),

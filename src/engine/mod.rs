@@ -22,10 +22,11 @@ use tokio::sync::{mpsc as tokio_mpsc, Notify};
 
 use crate::chat::ChatTemplate;
 pub use crate::chat::TemplateSource;
+use crate::tools::{prepare_messages, ToolFormat, ToolSpec};
 
 pub use config::{physical_cores, EngineConfig, FlashAttention};
 pub use error::EngineError;
-pub use request::{Event, FinishReason, GenerationRequest, Prompt, Timings, Usage};
+pub use request::{Event, FinishReason, GenerationRequest, Grammar, Prompt, Timings, Usage};
 pub use sampling::SamplingParams;
 
 /// The linked llama.cpp, as vendored by the pinned `llama-cpp-sys-2` crate.
@@ -48,6 +49,8 @@ pub struct ModelInfo {
     pub n_swa: Option<u32>,
     /// Where the chat template came from.
     pub template_source: TemplateSource,
+    /// The tool-call format of the chat template.
+    pub tool_format: ToolFormat,
     /// Generation threads.
     pub threads: u32,
     /// Prompt-evaluation threads.
@@ -65,8 +68,16 @@ impl Loaded {
     /// Renders chat prompts through the template; other prompts pass through.
     fn render(&self, prompt: &Prompt) -> Result<worker::PromptInput, EngineError> {
         Ok(match prompt {
+            Prompt::Chat { messages, tools } if tools.is_empty() => {
+                worker::PromptInput::Text(self.template.render(messages, None, true)?)
+            }
             Prompt::Chat { messages, tools } => {
-                worker::PromptInput::Text(self.template.render(messages, tools.as_ref(), true)?)
+                let format = self.info.tool_format;
+                let messages = prepare_messages(format, messages, tools);
+                let definitions = format
+                    .template_renders_tools()
+                    .then(|| serde_json::Value::Array(tools.iter().map(ToolSpec::to_openai_json).collect()));
+                worker::PromptInput::Text(self.template.render(&messages, definitions.as_ref(), true)?)
             }
             Prompt::Text(text) => worker::PromptInput::Text(text.clone()),
             Prompt::Tokens(tokens) => worker::PromptInput::Tokens(tokens.clone()),
@@ -83,7 +94,7 @@ enum LoadState {
 
 /// What the inference thread is asked to do, in queue order.
 enum Command {
-    Generate(Job),
+    Generate(Box<Job>),
     Tokenize { prompt: worker::PromptInput, reply: mpsc::Sender<Result<Vec<i32>, EngineError>> },
 }
 
@@ -92,6 +103,8 @@ struct Job {
     prompt: worker::PromptInput,
     request: GenerationRequest,
     events: tokio_mpsc::UnboundedSender<Event>,
+    /// Set by [`Generation::finish_now`].
+    finish_requested: Arc<AtomicBool>,
 }
 
 struct Shared {
@@ -238,8 +251,10 @@ impl Engine {
         }
         let prompt = loaded.render(&request.prompt)?;
         let (events, receiver) = tokio_mpsc::unbounded_channel();
-        match self.shared.commands.try_send(Command::Generate(Job { prompt, request, events })) {
-            Ok(()) => Ok(Generation { events: receiver }),
+        let finish_requested = Arc::new(AtomicBool::new(false));
+        let job = Job { prompt, request, events, finish_requested: Arc::clone(&finish_requested) };
+        match self.shared.commands.try_send(Command::Generate(Box::new(job))) {
+            Ok(()) => Ok(Generation { events: receiver, finish_requested }),
             Err(TrySendError::Full(_)) => Err(EngineError::QueueFull { capacity: self.shared.queue_size }),
             Err(TrySendError::Disconnected(_)) => Err(EngineError::ShuttingDown),
         }
@@ -277,9 +292,16 @@ impl Engine {
 #[derive(Debug)]
 pub struct Generation {
     events: tokio_mpsc::UnboundedReceiver<Event>,
+    finish_requested: Arc<AtomicBool>,
 }
 
 impl Generation {
+    /// Ends generation at the next token as if the model had stopped: `Finished` still comes,
+    /// with reason `Stop` and the usage so far (unlike dropping, which cancels silently).
+    pub fn finish_now(&self) {
+        self.finish_requested.store(true, Ordering::Relaxed);
+    }
+
     /// The next event; `None` after `Finished` or `Failed`.
     pub async fn next(&mut self) -> Option<Event> {
         self.events.recv().await

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::chat::ChatMessage;
 use crate::engine::{EngineError, SamplingParams};
+use crate::tools::ToolSpec;
 
 /// The text to continue.
 #[derive(Clone, Debug)]
@@ -15,8 +16,9 @@ pub enum Prompt {
     Chat {
         /// The conversation so far.
         messages: Vec<ChatMessage>,
-        /// Tool definitions (OpenAI `tools` array) passed to templates that use them.
-        tools: Option<serde_json::Value>,
+        /// Functions the model may call: given to templates that render tools, described in the
+        /// system message for the others (see [`crate::tools::prepare_messages`]).
+        tools: Vec<ToolSpec>,
     },
     /// Raw text, tokenized as is (special tokens in it are parsed).
     Text(String),
@@ -36,6 +38,23 @@ pub struct GenerationRequest {
     pub stop: Vec<String>,
     /// How tokens are chosen.
     pub sampling: SamplingParams,
+    /// A grammar the output must follow (tool calls, JSON output).
+    pub grammar: Option<Grammar>,
+    /// Special tokens to show as text (tool-call markers); other special tokens are not shown.
+    pub preserved_tokens: Vec<String>,
+}
+
+/// A GBNF grammar constraining generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grammar {
+    /// The grammar text (llama.cpp GBNF).
+    pub gbnf: String,
+    /// The rule the output must match.
+    pub root: String,
+    /// Lazy grammars: the texts that switch the grammar on. Until one appears, generation is
+    /// free; from it on, the output must match `root`, which must itself begin with that text.
+    /// Empty: the grammar applies from the first token.
+    pub triggers: Vec<String>,
 }
 
 impl GenerationRequest {
@@ -43,10 +62,12 @@ impl GenerationRequest {
     #[must_use]
     pub fn chat(messages: Vec<ChatMessage>) -> Self {
         Self {
-            prompt: Prompt::Chat { messages, tools: None },
+            prompt: Prompt::Chat { messages, tools: Vec::new() },
             max_tokens: None,
             stop: Vec::new(),
             sampling: SamplingParams::default(),
+            grammar: None,
+            preserved_tokens: Vec::new(),
         }
     }
 }

@@ -1,8 +1,14 @@
 //! Per-request sampling settings and the llama.cpp sampler chain built from them.
 
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
+
+use super::{EngineError, Grammar};
 
 /// How the next token is chosen. Defaults match llama-server's.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,4 +98,137 @@ pub(crate) fn build_sampler(params: &SamplingParams, n_vocab: i32) -> LlamaSampl
         chain.push(LlamaSampler::dist(params.seed.unwrap_or_else(|| fastrand::u32(..))));
     }
     LlamaSampler::chain_simple(chain)
+}
+
+/// Chooses each next token: the sampler chain, kept inside an optional grammar.
+///
+/// Grammar checks are costly (~10x a plain sampling step), so the chain samples first and only
+/// that one token is checked; only when the grammar rejects it is the whole distribution
+/// filtered by the grammar and sampled again, grammar first. That order matters: a truncating
+/// sampler (top-k, top-p, min-p) running before the grammar can leave no allowed token, and
+/// llama.cpp then throws through the FFI boundary, which aborts the process.
+///
+/// Lazy grammars are triggered here, not inside llama.cpp (whose trigger search runs a regex
+/// over all text so far on every token): once a trigger text appears in the output, the
+/// grammar is started and fed the text from the trigger on.
+pub(crate) struct TokenPicker<'m> {
+    model: &'m LlamaModel,
+    chain: LlamaSampler,
+    constraint: Option<Constraint>,
+}
+
+/// A grammar and whether it applies yet.
+struct Constraint {
+    grammar: LlamaSampler,
+    /// Texts that start the grammar; empty once it is active.
+    triggers: Vec<String>,
+    /// The end of the output so far, long enough to find a trigger that spans tokens.
+    recent: Vec<u8>,
+}
+
+impl<'m> TokenPicker<'m> {
+    /// A picker for one request.
+    ///
+    /// # Errors
+    /// [`EngineError::InvalidGrammar`] if llama.cpp cannot parse the grammar.
+    pub(crate) fn new(
+        model: &'m LlamaModel,
+        params: &SamplingParams,
+        grammar: Option<&Grammar>,
+    ) -> Result<Self, EngineError> {
+        let constraint = match grammar {
+            None => None,
+            Some(grammar) => Some(Constraint {
+                grammar: LlamaSampler::grammar(model, &grammar.gbnf, &grammar.root)
+                    .map_err(|e| EngineError::InvalidGrammar(format!("llama.cpp cannot parse the grammar ({e})")))?,
+                triggers: grammar.triggers.iter().filter(|t| !t.is_empty()).cloned().collect(),
+                recent: Vec::new(),
+            }),
+        };
+        Ok(Self { model, chain: build_sampler(params, model.n_vocab()), constraint })
+    }
+
+    /// Picks the token that follows the logits at `index` and records it as accepted.
+    ///
+    /// # Errors
+    /// [`EngineError::GrammarDeadEnd`] if the grammar allows no token at all.
+    pub(crate) fn pick(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<LlamaToken, EngineError> {
+        let Some(constraint) = self.constraint.as_mut().filter(|c| c.triggers.is_empty()) else {
+            return Ok(self.chain.sample(ctx, index));
+        };
+        let mut candidates = ctx.token_data_array_ith(index);
+        candidates.apply_sampler(&mut self.chain);
+        let mut token = candidates.selected_token().ok_or_else(|| dead_end("the sampler chose no token"))?;
+        if !allows(&mut constraint.grammar, token) {
+            let mut candidates = ctx.token_data_array_ith(index);
+            candidates.apply_sampler(&mut constraint.grammar);
+            if !candidates.data.iter().any(|c| c.logit().is_finite()) {
+                return Err(dead_end("the grammar allows no token here"));
+            }
+            candidates.apply_sampler(&mut self.chain);
+            token = candidates
+                .selected_token()
+                .filter(|&t| candidates.data.iter().any(|c| c.id() == t && c.logit().is_finite()))
+                .ok_or_else(|| dead_end("no allowed token survived sampling"))?;
+        }
+        // An end-of-generation token ends the request; the grammar never sees it (llama.cpp
+        // aborts if one reaches an unfinished grammar).
+        if !self.model.vocab().is_eog(token) {
+            constraint.grammar.try_accept(token).map_err(|e| dead_end(&format!("grammar rejected a token ({e})")))?;
+        }
+        self.chain.accept(token);
+        Ok(token)
+    }
+
+    /// Shows the picker the text of the token just picked, so a lazy grammar can start.
+    ///
+    /// # Errors
+    /// [`EngineError::GrammarDeadEnd`] if the text after a trigger already breaks the grammar.
+    pub(crate) fn observe(&mut self, piece: &[u8]) -> Result<(), EngineError> {
+        let Some(constraint) = self.constraint.as_mut().filter(|c| !c.triggers.is_empty()) else {
+            return Ok(());
+        };
+        constraint.recent.extend_from_slice(piece);
+        let found = constraint.triggers.iter().filter_map(|t| find_bytes(&constraint.recent, t.as_bytes())).min();
+        match found {
+            Some(start) => {
+                let text = constraint.recent.split_off(start);
+                constraint.triggers.clear();
+                feed_text(self.model, &mut constraint.grammar, &text)
+            }
+            None => {
+                let longest = constraint.triggers.iter().map(String::len).max().unwrap_or(0);
+                let excess = constraint.recent.len().saturating_sub(longest.saturating_sub(1));
+                constraint.recent.drain(..excess);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn dead_end(reason: &str) -> EngineError {
+    EngineError::GrammarDeadEnd(reason.to_string())
+}
+
+/// Whether the grammar accepts `token` next.
+fn allows(grammar: &mut LlamaSampler, token: LlamaToken) -> bool {
+    let mut one = LlamaTokenDataArray::new(vec![LlamaTokenData::new(token, 0.0, 0.0)], false);
+    one.apply_sampler(grammar);
+    one.data[0].logit().is_finite()
+}
+
+/// Advances a grammar over text the model wrote: tokens are only the carriers of text for a
+/// grammar, so any tokenization of the same bytes leads to the same state.
+fn feed_text(model: &LlamaModel, grammar: &mut LlamaSampler, text: &[u8]) -> Result<(), EngineError> {
+    let vocab = model.vocab();
+    for token in vocab.tokenize(text, false, true) {
+        grammar.try_accept(token).map_err(|_| {
+            dead_end(&format!("the output after the trigger breaks the grammar: {:?}", String::from_utf8_lossy(text)))
+        })?;
+    }
+    Ok(())
+}
+
+fn find_bytes(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }

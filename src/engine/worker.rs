@@ -18,10 +18,11 @@ use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::prefix::{plan_reuse, window_covers};
-use super::sampling::build_sampler;
+use super::sampling::TokenPicker;
 use super::text::{StopMatcher, StopScan, Utf8Stream};
 use super::{Command, EngineConfig, EngineError, Event, FinishReason, FlashAttention, Job, ModelInfo, Timings, Usage};
 use crate::chat::{ChatTemplate, ModelTemplateFacts};
+use crate::tools::ToolFormat;
 
 /// A prompt after template rendering, before tokenization.
 #[derive(Debug)]
@@ -80,7 +81,7 @@ pub(super) fn run(
         match commands.recv_timeout(Duration::from_millis(100)) {
             // The client left while the request was queued: drop it without running.
             Ok(Command::Generate(job)) if job.events.is_closed() => {}
-            Ok(Command::Generate(job)) => session.serve(job),
+            Ok(Command::Generate(job)) => session.serve(*job),
             Ok(Command::Tokenize { prompt, reply }) => {
                 let tokens = session.tokenize(prompt).map(|tokens| tokens.into_iter().map(|t| t.0).collect());
                 let _ = reply.send(tokens);
@@ -179,6 +180,7 @@ impl<'m> Session<'m> {
             n_vocab: model.n_vocab(),
             n_swa,
             template_source,
+            tool_format: ToolFormat::detect(template.source()),
             threads: config.threads,
             threads_batch: config.threads_batch,
         };
@@ -210,7 +212,7 @@ impl<'m> Session<'m> {
     }
 
     fn serve(&mut self, job: Job) {
-        let Job { prompt, request, events } = job;
+        let Job { prompt, request, events, finish_requested } = job;
         let tokens = match self.tokenize(prompt) {
             Ok(tokens) => tokens,
             Err(e) => {
@@ -231,6 +233,13 @@ impl<'m> Session<'m> {
             return;
         }
         let limit = request.max_tokens.unwrap_or(n_ctx - prompt_tokens);
+        let picker = match TokenPicker::new(self.model, &request.sampling, request.grammar.as_ref()) {
+            Ok(picker) => picker,
+            Err(e) => {
+                let _ = events.send(Event::Failed(e));
+                return;
+            }
+        };
 
         let keep = self.reuse_prefix(&tokens);
         if events.send(Event::Started { prompt_tokens, cached_tokens: keep as u32 }).is_err() {
@@ -249,7 +258,8 @@ impl<'m> Session<'m> {
 
         let generation_start = Instant::now();
         let mut completion_tokens = 0;
-        let outcome = self.generate(&request, limit, logits_index, &events, &mut completion_tokens);
+        let outcome =
+            self.generate(&request, picker, limit, logits_index, (&events, &finish_requested), &mut completion_tokens);
         let usage = Usage { prompt_tokens, cached_tokens: keep as u32, completion_tokens };
         match outcome {
             Outcome::Finished(reason) => {
@@ -330,16 +340,25 @@ impl<'m> Session<'m> {
     fn generate(
         &mut self,
         request: &super::GenerationRequest,
+        mut picker: TokenPicker<'_>,
         limit: u32,
         mut logits_index: i32,
-        events: &UnboundedSender<Event>,
+        (events, finish_requested): (&UnboundedSender<Event>, &AtomicBool),
         completion_tokens: &mut u32,
     ) -> Outcome {
         let vocab = self.model.vocab();
-        let mut sampler = build_sampler(&request.sampling, self.model.n_vocab());
         let mut utf8 = Utf8Stream::default();
         let mut stops = StopMatcher::new(&request.stop);
         let n_ctx = self.ctx.n_ctx() as usize;
+        // Markers that are single special tokens are shown; other special tokens are not.
+        let preserved: Vec<LlamaToken> = request
+            .preserved_tokens
+            .iter()
+            .filter_map(|text| match vocab.tokenize(text.as_bytes(), false, true).as_slice() {
+                [token] => Some(*token),
+                _ => None,
+            })
+            .collect();
         let send = |text: String| text.is_empty() || events.send(Event::Text(text)).is_ok();
         let reason = loop {
             if *completion_tokens >= limit {
@@ -351,12 +370,22 @@ impl<'m> Session<'m> {
             if events.is_closed() {
                 return Outcome::Cancelled;
             }
-            let token = sampler.sample(&self.ctx, logits_index);
+            if finish_requested.load(Ordering::Relaxed) {
+                break FinishReason::Stop;
+            }
+            let token = match picker.pick(&self.ctx, logits_index) {
+                Ok(token) => token,
+                Err(e) => return Outcome::Failed(e),
+            };
             if vocab.is_eog(token) {
                 break FinishReason::Stop;
             }
             *completion_tokens += 1;
-            let text = utf8.push(&vocab.token_to_piece(token, false, None));
+            let piece = vocab.token_to_piece(token, preserved.contains(&token), None);
+            if let Err(e) = picker.observe(&piece) {
+                return Outcome::Failed(e);
+            }
+            let text = utf8.push(&piece);
             match stops.push(&text) {
                 StopScan::Continue(text) => {
                     if !send(text) {

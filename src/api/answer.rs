@@ -1,0 +1,200 @@
+//! Shaping generated text into the answer: plain content, or content and tool calls, checked
+//! against their schemas before the answer is complete.
+//!
+//! Small models asked for calls with parallel calls allowed tend to repeat the same call until
+//! the token limit. A repeated call (same function, same arguments) is never useful, so the
+//! reply ends at the first repetition and the repetition is dropped. To drop it before a client
+//! sees it, a later call to a function already called is held until it is complete; all other
+//! calls stream as they are written.
+
+use axum::http::StatusCode;
+
+use super::convert::OutputPlan;
+use super::error::ApiError;
+use super::wire::{Delta, FunctionCall, FunctionDelta, ResponseToolCall, ToolCallDelta};
+use crate::engine::FinishReason;
+use crate::tools::{ParsedCall, ParsedPiece, ToolCallParser};
+
+/// Follows one reply as its text arrives.
+pub(super) struct AnswerShaper {
+    plan: OutputPlan,
+    parser: Option<ToolCallParser>,
+    /// Ids of the calls sent so far, by index.
+    call_ids: Vec<String>,
+    /// All content sent so far (checked against the JSON schema at the end).
+    content: String,
+    /// A call to an already-called function, held until it is complete: its index and pieces.
+    held: Option<(usize, Vec<ParsedPiece>)>,
+    /// Set when a call repeated an earlier one: calls from this index on are dropped, and
+    /// nothing more is sent.
+    cut_at: Option<usize>,
+}
+
+/// What newly generated text produced.
+pub(super) struct Shaped {
+    /// Deltas to send.
+    pub deltas: Vec<Delta>,
+    /// The reply is complete: generation should end now.
+    pub done: bool,
+}
+
+/// The end of a reply.
+pub(super) struct Ending {
+    /// Deltas still to send (held-back text).
+    pub deltas: Vec<Delta>,
+    /// OpenAI's `finish_reason`.
+    pub finish_reason: &'static str,
+    /// All content, `None` if there was none and the reply made calls.
+    pub content: Option<String>,
+    /// The calls, complete with their ids.
+    pub calls: Vec<ResponseToolCall>,
+}
+
+impl AnswerShaper {
+    pub(super) fn new(plan: OutputPlan) -> Self {
+        let parser = plan.tools.as_ref().map(|_| ToolCallParser::new(plan.format));
+        Self { plan, parser, call_ids: Vec::new(), content: String::new(), held: None, cut_at: None }
+    }
+
+    /// The deltas for newly generated text (none while markers may be forming).
+    pub(super) fn text(&mut self, text: String) -> Shaped {
+        let Some(mut parser) = self.parser.take() else {
+            self.content.push_str(&text);
+            return Shaped { deltas: vec![Delta { content: Some(text), ..Delta::default() }], done: false };
+        };
+        let pieces = parser.push(&text);
+        let mut deltas = self.deltas(pieces, parser.calls());
+        self.resolve_held(parser.calls(), &mut deltas);
+        self.parser = Some(parser);
+        Shaped { deltas, done: self.cut_at.is_some() }
+    }
+
+    /// Ends the reply: the last deltas, the finish reason and the checked calls.
+    ///
+    /// # Errors
+    /// 422 when a finished call's arguments or a JSON reply do not match their schema.
+    pub(super) fn finish(mut self, reason: FinishReason) -> Result<Ending, ApiError> {
+        let (deltas, mut calls) = match self.parser.take() {
+            Some(parser) => {
+                let (pieces, calls) = parser.finish();
+                let mut deltas = self.deltas(pieces, &calls);
+                if let Some((index, held)) = self.held.take() {
+                    if !is_repeat(&calls, index) {
+                        deltas.extend(self.send(held));
+                    } else {
+                        self.cut_at = Some(index);
+                    }
+                }
+                (deltas, calls)
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        calls.truncate(self.cut_at.unwrap_or(usize::MAX));
+        if reason == FinishReason::Stop {
+            if let Some(tools) = &self.plan.tools {
+                for call in calls.iter().filter(|c| c.complete) {
+                    tools.check_arguments(&call.name, &call.arguments).map_err(unusable_output)?;
+                }
+            }
+            if let Some(schema) = self.plan.schema.as_ref().filter(|_| calls.is_empty()) {
+                schema.check(&self.content).map_err(unusable_output)?;
+            }
+        }
+        let finish_reason = match reason {
+            FinishReason::Stop if calls.iter().any(|c| c.complete) => "tool_calls",
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        };
+        let calls: Vec<ResponseToolCall> = calls
+            .into_iter()
+            .zip(self.call_ids)
+            .map(|(call, id)| ResponseToolCall {
+                id,
+                kind: "function",
+                function: FunctionCall { name: call.name, arguments: call.arguments },
+            })
+            .collect();
+        let content = (!self.content.is_empty() || calls.is_empty()).then_some(self.content);
+        Ok(Ending { deltas, finish_reason, content, calls })
+    }
+
+    /// Deltas for parsed pieces, holding calls that may repeat an earlier one.
+    fn deltas(&mut self, pieces: Vec<ParsedPiece>, calls: &[ParsedCall]) -> Vec<Delta> {
+        let mut out = Vec::new();
+        for piece in pieces {
+            if self.cut_at.is_some() {
+                break;
+            }
+            if let ParsedPiece::CallStart { index, name } = &piece {
+                self.resolve_held(calls, &mut out);
+                if calls.iter().take(*index).any(|c| &c.name == name) {
+                    self.held = Some((*index, vec![piece]));
+                    continue;
+                }
+            }
+            match self.held.as_mut() {
+                Some((_, held)) => held.push(piece),
+                None => out.extend(self.send(vec![piece])),
+            }
+        }
+        out
+    }
+
+    /// Sends a held call once it is complete, or ends the reply if it repeats an earlier one.
+    fn resolve_held(&mut self, calls: &[ParsedCall], out: &mut Vec<Delta>) {
+        let Some((index, _)) = &self.held else { return };
+        if !calls.get(*index).is_some_and(|c| c.complete) {
+            return;
+        }
+        let index = *index;
+        let Some((_, held)) = self.held.take() else { return };
+        if is_repeat(calls, index) {
+            self.cut_at = Some(index);
+        } else {
+            out.extend(self.send(held));
+        }
+    }
+
+    fn send(&mut self, pieces: Vec<ParsedPiece>) -> Vec<Delta> {
+        pieces
+            .into_iter()
+            .map(|piece| match piece {
+                ParsedPiece::Content(text) => {
+                    self.content.push_str(&text);
+                    Delta { content: Some(text), ..Delta::default() }
+                }
+                ParsedPiece::CallStart { index, name } => {
+                    let id = self.plan.format.new_call_id();
+                    self.call_ids.push(id.clone());
+                    call_delta(index, Some(id), Some(name), String::new())
+                }
+                ParsedPiece::Arguments { index, text } => call_delta(index, None, None, text),
+            })
+            .collect()
+    }
+}
+
+/// Whether call `index` repeats an earlier call: same function, same arguments.
+fn is_repeat(calls: &[ParsedCall], index: usize) -> bool {
+    let as_json = |text: &str| serde_json::from_str::<serde_json::Value>(text).ok();
+    calls.get(index).is_some_and(|call| {
+        calls[..index].iter().any(|earlier| {
+            earlier.name == call.name
+                && (earlier.arguments == call.arguments
+                    || as_json(&earlier.arguments).is_some_and(|a| Some(a) == as_json(&call.arguments)))
+        })
+    })
+}
+
+fn call_delta(index: usize, id: Option<String>, name: Option<String>, arguments: String) -> Delta {
+    let kind = id.as_ref().map(|_| "function");
+    Delta {
+        tool_calls: Some([ToolCallDelta { index, id, kind, function: FunctionDelta { name, arguments } }]),
+        ..Delta::default()
+    }
+}
+
+/// The model's output broke a schema the grammar could not fully enforce.
+fn unusable_output(reason: String) -> ApiError {
+    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_code("invalid_model_output")
+}

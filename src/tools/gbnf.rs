@@ -1,0 +1,91 @@
+//! Small operations on GBNF grammar text.
+
+/// Prefixes every rule name in `grammar` (definitions and references) with `prefix`, so several
+/// generated grammars can live in one file without their rules (`root`, `space`, ...) clashing.
+/// String literals, character classes, repetition counts and comments are left as they are.
+pub(crate) fn prefix_rules(grammar: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(grammar.len() + grammar.len() / 4);
+    let mut chars = grammar.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' | '[' => {
+                let close = if c == '"' { '"' } else { ']' };
+                out.push(c);
+                while let Some(inner) = chars.next() {
+                    out.push(inner);
+                    if inner == '\\' {
+                        if let Some(escaped) = chars.next() {
+                            out.push(escaped);
+                        }
+                    } else if inner == close {
+                        break;
+                    }
+                }
+            }
+            '{' | '#' => {
+                let close = if c == '{' { '}' } else { '\n' };
+                out.push(c);
+                for inner in chars.by_ref() {
+                    out.push(inner);
+                    if inner == close {
+                        break;
+                    }
+                }
+            }
+            c if is_word_char(c) => {
+                out.push_str(prefix);
+                out.push(c);
+                while let Some(&next) = chars.peek() {
+                    if !is_word_char(next) {
+                        break;
+                    }
+                    out.push(next);
+                    chars.next();
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Characters of a GBNF rule name (llama.cpp's `is_word_char`).
+fn is_word_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_'
+}
+
+/// `text` as a GBNF string literal.
+pub(crate) fn literal(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_names_but_not_literals_classes_counts_or_comments() {
+        let grammar = "root ::= \"{\" space \"\\\"a-b\\\"\" [a-z\\]-] item{1,3} # root here\nspace ::= | \" \"\nitem ::= [0-9]+\n";
+        assert_eq!(
+            prefix_rules(grammar, "t0-"),
+            "t0-root ::= \"{\" t0-space \"\\\"a-b\\\"\" [a-z\\]-] t0-item{1,3} # root here\nt0-space ::= | \" \"\nt0-item ::= [0-9]+\n"
+        );
+    }
+
+    #[test]
+    fn literals_escape_quotes_backslashes_and_newlines() {
+        assert_eq!(literal("<a \"b\"\\\n>"), r#""<a \"b\"\\\n>""#);
+    }
+}

@@ -1,0 +1,787 @@
+//! The streaming parser: model text in, content and tool-call pieces out, as soon as each is
+//! certain. Markers never reach the content; a call's name is reported the moment it is known
+//! and its arguments as they are written.
+
+use super::format::{Body, Layout, ToolFormat, PYTHON_TAG};
+
+/// A piece of parsed output, in output order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParsedPiece {
+    /// Text for the user.
+    Content(String),
+    /// A call begins (its name is known).
+    CallStart {
+        /// Position of the call in this reply, from 0.
+        index: usize,
+        /// The function called.
+        name: String,
+    },
+    /// More of a call's arguments (JSON text; the fragments of a call concatenate to it).
+    Arguments {
+        /// The call.
+        index: usize,
+        /// The next fragment.
+        text: String,
+    },
+}
+
+/// A call found in the output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedCall {
+    /// The function.
+    pub name: String,
+    /// Its arguments as JSON text.
+    pub arguments: String,
+    /// Whether the call was closed (false when generation stopped inside it).
+    pub complete: bool,
+}
+
+/// What to expect after an opener or a call.
+#[derive(Clone, Copy, Debug)]
+enum Expected {
+    /// Whitespace, then a call.
+    Call,
+    /// Whitespace, then `[` opening a list of calls.
+    ListStart,
+    /// Whitespace, then `,` (another call) or `]`.
+    ListNext,
+    /// Whitespace, then the closing marker.
+    Close(&'static str),
+}
+
+#[derive(Debug)]
+enum State {
+    Content,
+    Expect(Expected),
+    Call(CallScanner),
+}
+
+/// Splits a model's output into content and tool calls, incrementally.
+#[derive(Debug)]
+pub struct ToolCallParser {
+    format: ToolFormat,
+    state: State,
+    /// Text received but not yet consumed.
+    buffer: String,
+    calls: Vec<ParsedCall>,
+    /// Whitespace after a call is layout, not content.
+    after_call: bool,
+}
+
+impl ToolCallParser {
+    /// A parser for one reply in `format`.
+    #[must_use]
+    pub fn new(format: ToolFormat) -> Self {
+        Self { format, state: State::Content, buffer: String::new(), calls: Vec::new(), after_call: false }
+    }
+
+    /// Feeds the next text; returns the pieces it completes.
+    pub fn push(&mut self, text: &str) -> Vec<ParsedPiece> {
+        self.buffer.push_str(text);
+        let mut out = Vec::new();
+        while self.step(&mut out) {}
+        out
+    }
+
+    /// Ends the reply: releases held-back text and returns the last pieces with all calls.
+    #[must_use]
+    pub fn finish(mut self) -> (Vec<ParsedPiece>, Vec<ParsedCall>) {
+        let mut out = Vec::new();
+        if matches!(self.state, State::Content | State::Expect(_)) {
+            let rest = std::mem::take(&mut self.buffer);
+            self.emit_content(&rest, &mut out);
+        }
+        (out, self.calls)
+    }
+
+    /// The calls found so far.
+    #[must_use]
+    pub fn calls(&self) -> &[ParsedCall] {
+        &self.calls
+    }
+
+    /// Advances the state machine once; false when it needs more text.
+    fn step(&mut self, out: &mut Vec<ParsedPiece>) -> bool {
+        match &mut self.state {
+            State::Content => self.step_content(out),
+            State::Expect(next) => {
+                let next = *next;
+                self.step_expect(next)
+            }
+            State::Call(scanner) => {
+                let mut events = Vec::new();
+                let consumed = scanner.feed(&self.buffer, &mut events);
+                let done = scanner.is_done();
+                let failed = scanner.failed();
+                self.buffer.drain(..consumed);
+                for event in events {
+                    self.apply(event, out);
+                }
+                if failed {
+                    // Not a call after all (only possible without a grammar): show the rest as text.
+                    self.state = State::Content;
+                    return true;
+                }
+                if !done {
+                    return false;
+                }
+                if let Some(call) = self.calls.last_mut() {
+                    call.complete = true;
+                }
+                self.state = match self.format.layout() {
+                    Layout::Tagged { close, .. } => State::Expect(Expected::Close(close)),
+                    Layout::List { .. } => State::Expect(Expected::ListNext),
+                    Layout::BareJson => {
+                        self.after_call = true;
+                        State::Content
+                    }
+                };
+                true
+            }
+        }
+    }
+
+    fn step_content(&mut self, out: &mut Vec<ParsedPiece>) -> bool {
+        let openers = self.format.openers();
+        let found = openers.iter().filter_map(|o| self.buffer.find(o).map(|at| (at, *o))).min_by_key(|&(at, _)| at);
+        match found {
+            Some((at, opener)) => {
+                let before: String = self.buffer.drain(..at).collect();
+                self.emit_content(&before, out);
+                self.state = match self.format.layout() {
+                    Layout::Tagged { .. } => State::Expect(Expected::Call),
+                    Layout::List { .. } => State::Expect(Expected::ListStart),
+                    Layout::BareJson if opener == PYTHON_TAG => State::Expect(Expected::Call),
+                    // The opener is the start of the call's JSON: leave it to the scanner.
+                    Layout::BareJson => return self.start_call(),
+                };
+                self.buffer.drain(..opener.len());
+                true
+            }
+            None => {
+                let hold = openers.iter().map(|o| partial_suffix(&self.buffer, o)).max().unwrap_or(0);
+                let emit: String = self.buffer.drain(..self.buffer.len() - hold).collect();
+                self.emit_content(&emit, out);
+                false
+            }
+        }
+    }
+
+    fn step_expect(&mut self, next: Expected) -> bool {
+        let trimmed = self.buffer.trim_start().len();
+        self.buffer.drain(..self.buffer.len() - trimmed);
+        let Some(first) = self.buffer.chars().next() else { return false };
+        match next {
+            Expected::Call => self.start_call(),
+            Expected::ListStart if first == '[' => {
+                self.buffer.drain(..1);
+                self.state = State::Expect(Expected::Call);
+                true
+            }
+            Expected::ListNext if first == ',' => {
+                self.buffer.drain(..1);
+                self.state = State::Expect(Expected::Call);
+                true
+            }
+            Expected::Close(close) if self.buffer.starts_with(close) => {
+                self.buffer.drain(..close.len());
+                self.after_call = true;
+                self.state = State::Content;
+                true
+            }
+            Expected::Close(close) if close.starts_with(self.buffer.as_str()) => false,
+            Expected::ListNext if first == ']' => {
+                self.buffer.drain(..1);
+                self.after_call = true;
+                self.state = State::Content;
+                true
+            }
+            // Anything else: lenient, go back to text (only reachable without a grammar).
+            _ => {
+                self.after_call = true;
+                self.state = State::Content;
+                true
+            }
+        }
+    }
+
+    fn start_call(&mut self) -> bool {
+        self.state = State::Call(match self.format.body() {
+            Body::Json { args_key } => CallScanner::Json(JsonCall::new(args_key)),
+            Body::Gemma { quote } => CallScanner::Gemma(GemmaCall::new(quote)),
+        });
+        true
+    }
+
+    fn apply(&mut self, event: ScanEvent, out: &mut Vec<ParsedPiece>) {
+        match event {
+            ScanEvent::Name(name) => {
+                out.push(ParsedPiece::CallStart { index: self.calls.len(), name: name.clone() });
+                self.calls.push(ParsedCall { name, arguments: String::new(), complete: false });
+            }
+            ScanEvent::Arguments(text) => {
+                if let Some(call) = self.calls.last_mut() {
+                    call.arguments.push_str(&text);
+                    out.push(ParsedPiece::Arguments { index: self.calls.len() - 1, text });
+                }
+            }
+        }
+    }
+
+    fn emit_content(&mut self, text: &str, out: &mut Vec<ParsedPiece>) {
+        let text = if self.after_call { text.trim_start() } else { text };
+        if text.is_empty() {
+            return;
+        }
+        self.after_call = false;
+        match out.last_mut() {
+            Some(ParsedPiece::Content(previous)) => previous.push_str(text),
+            _ => out.push(ParsedPiece::Content(text.to_string())),
+        }
+    }
+}
+
+/// Length of the longest end of `text` that is a proper beginning of `marker`: text that may
+/// still turn into the marker.
+fn partial_suffix(text: &str, marker: &str) -> usize {
+    (1..marker.len().min(text.len() + 1))
+        .rev()
+        .find(|&n| text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..]))
+        .unwrap_or(0)
+}
+
+/// What a call scanner found.
+#[derive(Debug, PartialEq, Eq)]
+enum ScanEvent {
+    Name(String),
+    Arguments(String),
+}
+
+#[derive(Debug)]
+enum CallScanner {
+    Json(JsonCall),
+    Gemma(GemmaCall),
+}
+
+impl CallScanner {
+    /// Consumes what it can of `input`; returns the bytes consumed.
+    fn feed(&mut self, input: &str, events: &mut Vec<ScanEvent>) -> usize {
+        match self {
+            Self::Json(call) => call.feed(input, events),
+            Self::Gemma(call) => call.feed(input, events),
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        match self {
+            Self::Json(call) => call.stage == JsonStage::Done,
+            Self::Gemma(call) => call.stage == GemmaStage::Done,
+        }
+    }
+
+    fn failed(&self) -> bool {
+        match self {
+            Self::Json(call) => call.stage == JsonStage::Failed,
+            Self::Gemma(_) => false,
+        }
+    }
+}
+
+/// Where a JSON call object scan is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JsonStage {
+    Open,
+    KeyOrEnd,
+    Key,
+    Colon,
+    ValueStart,
+    NameString,
+    Value,
+    AfterValue,
+    Done,
+    Failed,
+}
+
+/// Scans `{"name": "…", "arguments": {…}}` (keys in any order, others skipped), streaming the
+/// arguments' text. Arguments written before the name are held until the name is known.
+#[derive(Debug)]
+struct JsonCall {
+    args_key: &'static str,
+    stage: JsonStage,
+    /// Raw text of the key or name string being read, quotes included.
+    raw: String,
+    escaped: bool,
+    key: String,
+    value: ValueScan,
+    name_known: bool,
+    early_arguments: String,
+}
+
+impl JsonCall {
+    fn new(args_key: &'static str) -> Self {
+        Self {
+            args_key,
+            stage: JsonStage::Open,
+            raw: String::new(),
+            escaped: false,
+            key: String::new(),
+            value: ValueScan::default(),
+            name_known: false,
+            early_arguments: String::new(),
+        }
+    }
+
+    fn feed(&mut self, input: &str, events: &mut Vec<ScanEvent>) -> usize {
+        let mut arguments = String::new();
+        for (at, c) in input.char_indices() {
+            if matches!(self.stage, JsonStage::Done | JsonStage::Failed) {
+                flush(&mut arguments, events);
+                return at;
+            }
+            self.step(c, &mut arguments, events);
+        }
+        flush(&mut arguments, events);
+        input.len()
+    }
+
+    fn step(&mut self, c: char, arguments: &mut String, events: &mut Vec<ScanEvent>) {
+        use JsonStage as S;
+        match self.stage {
+            _ if c.is_whitespace()
+                && matches!(self.stage, S::Open | S::KeyOrEnd | S::Colon | S::ValueStart | S::AfterValue) => {}
+            S::Open => self.stage = if c == '{' { S::KeyOrEnd } else { S::Failed },
+            S::KeyOrEnd => match c {
+                '"' => self.start_string(S::Key),
+                '}' => self.stage = S::Done,
+                _ => self.stage = S::Failed,
+            },
+            S::Key | S::NameString => {
+                if !self.string_char(c) {
+                    return;
+                }
+                let text: String = serde_json::from_str(&self.raw).unwrap_or_default();
+                if self.stage == S::Key {
+                    self.key = text;
+                    self.stage = S::Colon;
+                } else {
+                    flush(arguments, events);
+                    events.push(ScanEvent::Name(text));
+                    self.name_known = true;
+                    if !self.early_arguments.is_empty() {
+                        events.push(ScanEvent::Arguments(std::mem::take(&mut self.early_arguments)));
+                    }
+                    self.stage = S::AfterValue;
+                }
+            }
+            S::Colon => self.stage = if c == ':' { S::ValueStart } else { S::Failed },
+            S::ValueStart if self.key == "name" && c == '"' => self.start_string(S::NameString),
+            S::ValueStart => {
+                self.value = ValueScan::default();
+                self.stage = S::Value;
+                self.step(c, arguments, events);
+            }
+            S::Value => {
+                let step = self.value.step(c);
+                if step != ValueStep::Ended && self.key == self.args_key {
+                    if self.name_known {
+                        arguments.push(c);
+                    } else {
+                        self.early_arguments.push(c);
+                    }
+                }
+                match step {
+                    ValueStep::Inside => {}
+                    ValueStep::Last => self.stage = S::AfterValue,
+                    ValueStep::Ended => {
+                        self.stage = S::AfterValue;
+                        self.step(c, arguments, events);
+                    }
+                }
+            }
+            S::AfterValue => match c {
+                ',' => self.stage = S::KeyOrEnd,
+                '}' => self.stage = S::Done,
+                _ => self.stage = S::Failed,
+            },
+            S::Done | S::Failed => {}
+        }
+    }
+
+    fn start_string(&mut self, stage: JsonStage) {
+        self.raw.clear();
+        self.raw.push('"');
+        self.escaped = false;
+        self.stage = stage;
+    }
+
+    /// Adds a character of a JSON string; true when it closed the string.
+    fn string_char(&mut self, c: char) -> bool {
+        self.raw.push(c);
+        if self.escaped {
+            self.escaped = false;
+        } else if c == '\\' {
+            self.escaped = true;
+        } else if c == '"' {
+            return true;
+        }
+        false
+    }
+}
+
+fn flush(arguments: &mut String, events: &mut Vec<ScanEvent>) {
+    if !arguments.is_empty() {
+        events.push(ScanEvent::Arguments(std::mem::take(arguments)));
+    }
+}
+
+/// Follows one JSON value character by character to find where it ends.
+#[derive(Debug, Default)]
+struct ValueScan {
+    started: bool,
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum ValueStep {
+    /// The character belongs to the value, which goes on.
+    Inside,
+    /// The character was the value's last.
+    Last,
+    /// The value had already ended; the character is not part of it.
+    Ended,
+}
+
+impl ValueScan {
+    fn step(&mut self, c: char) -> ValueStep {
+        if !self.started {
+            self.started = true;
+            match c {
+                '"' => self.in_string = true,
+                '{' | '[' => self.depth = 1,
+                _ => {}
+            }
+            return ValueStep::Inside;
+        }
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+            } else if c == '\\' {
+                self.escaped = true;
+            } else if c == '"' {
+                self.in_string = false;
+                if self.depth == 0 {
+                    return ValueStep::Last;
+                }
+            }
+            return ValueStep::Inside;
+        }
+        if self.depth == 0 {
+            // A number or literal ends at the first character that cannot continue it.
+            return if c == ',' || c == '}' || c == ']' || c.is_whitespace() {
+                ValueStep::Ended
+            } else {
+                ValueStep::Inside
+            };
+        }
+        match c {
+            '"' => self.in_string = true,
+            '{' | '[' => self.depth += 1,
+            '}' | ']' => {
+                self.depth -= 1;
+                if self.depth == 0 {
+                    return ValueStep::Last;
+                }
+            }
+            _ => {}
+        }
+        ValueStep::Inside
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GemmaStage {
+    /// `call:`
+    Prefix,
+    /// The function name, up to `{`.
+    Name,
+    Body,
+    Done,
+}
+
+/// Scans Gemma's `call:name{key:value,…}` and streams the arguments converted to JSON.
+#[derive(Debug)]
+struct GemmaCall {
+    quote: &'static str,
+    stage: GemmaStage,
+    name: String,
+    /// Open containers, innermost last: true for objects.
+    containers: Vec<bool>,
+    expect_key: bool,
+    key: String,
+    in_string: bool,
+}
+
+impl GemmaCall {
+    const PREFIX: &'static str = "call:";
+
+    fn new(quote: &'static str) -> Self {
+        Self {
+            quote,
+            stage: GemmaStage::Prefix,
+            name: String::new(),
+            containers: Vec::new(),
+            expect_key: false,
+            key: String::new(),
+            in_string: false,
+        }
+    }
+
+    fn feed(&mut self, input: &str, events: &mut Vec<ScanEvent>) -> usize {
+        let mut json = String::new();
+        let mut at = 0;
+        while at < input.len() && self.stage != GemmaStage::Done {
+            let rest = &input[at..];
+            let Some(used) = self.step(rest, &mut json, events) else { break };
+            at += used;
+        }
+        flush(&mut json, events);
+        at
+    }
+
+    /// Consumes the start of `rest`; `None` when more text is needed to decide.
+    fn step(&mut self, rest: &str, json: &mut String, events: &mut Vec<ScanEvent>) -> Option<usize> {
+        let c = rest.chars().next()?;
+        match self.stage {
+            GemmaStage::Prefix => {
+                if rest.starts_with(Self::PREFIX) {
+                    self.stage = GemmaStage::Name;
+                    return Some(Self::PREFIX.len());
+                }
+                if Self::PREFIX.starts_with(rest) {
+                    return None;
+                }
+                self.stage = GemmaStage::Name;
+                Some(0)
+            }
+            GemmaStage::Name if c == '{' => {
+                events.push(ScanEvent::Name(self.name.trim().to_string()));
+                self.stage = GemmaStage::Body;
+                Some(0)
+            }
+            GemmaStage::Name => {
+                self.name.push(c);
+                Some(c.len_utf8())
+            }
+            GemmaStage::Body if self.in_string => match rest.find(self.quote) {
+                Some(end) => {
+                    push_json_escaped(json, &rest[..end]);
+                    json.push('"');
+                    self.in_string = false;
+                    Some(end + self.quote.len())
+                }
+                None => {
+                    let keep = rest.len() - partial_suffix(rest, self.quote);
+                    push_json_escaped(json, &rest[..keep]);
+                    (keep > 0).then_some(keep)
+                }
+            },
+            GemmaStage::Body if self.expect_key && !(c == '}' && self.key.is_empty()) => {
+                if c == ':' {
+                    json.push_str(&serde_json::Value::String(self.key.trim().to_string()).to_string());
+                    json.push(':');
+                    self.key.clear();
+                    self.expect_key = false;
+                } else {
+                    self.key.push(c);
+                }
+                Some(c.len_utf8())
+            }
+            GemmaStage::Body => {
+                if rest.starts_with(self.quote) {
+                    json.push('"');
+                    self.in_string = true;
+                    return Some(self.quote.len());
+                }
+                if rest.len() < self.quote.len() && self.quote.starts_with(rest) {
+                    return None;
+                }
+                match c {
+                    '{' | '[' => {
+                        self.containers.push(c == '{');
+                        self.expect_key = c == '{';
+                    }
+                    '}' | ']' => {
+                        self.containers.pop();
+                        self.expect_key = false;
+                        if self.containers.is_empty() {
+                            self.stage = GemmaStage::Done;
+                        }
+                    }
+                    ',' => self.expect_key = self.containers.last() == Some(&true),
+                    _ => {}
+                }
+                json.push(c);
+                Some(c.len_utf8())
+            }
+            GemmaStage::Done => None,
+        }
+    }
+}
+
+fn push_json_escaped(json: &mut String, text: &str) {
+    let quoted = serde_json::Value::String(text.to_string()).to_string();
+    json.push_str(&quoted[1..quoted.len() - 1]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses `output` fed in two pieces split at every character boundary (and in one piece),
+    /// checking each split gives the same content, calls and argument text.
+    fn parse_every_split(format: ToolFormat, output: &str) -> (String, Vec<ParsedCall>) {
+        let whole = parse_in_pieces(format, &[output]);
+        for (at, _) in output.char_indices().skip(1) {
+            let split = parse_in_pieces(format, &[&output[..at], &output[at..]]);
+            assert_eq!(split, whole, "split at byte {at} of {output:?}");
+        }
+        let chars: Vec<String> = output.chars().map(String::from).collect();
+        let by_char: Vec<&str> = chars.iter().map(String::as_str).collect();
+        assert_eq!(parse_in_pieces(format, &by_char), whole, "one character at a time");
+        whole
+    }
+
+    fn parse_in_pieces(format: ToolFormat, pieces: &[&str]) -> (String, Vec<ParsedCall>) {
+        let mut parser = ToolCallParser::new(format);
+        let mut all = Vec::new();
+        for piece in pieces {
+            all.extend(parser.push(piece));
+        }
+        let (last, calls) = parser.finish();
+        all.extend(last);
+        let mut content = String::new();
+        let mut streamed: Vec<(String, String)> = Vec::new();
+        for piece in all {
+            match piece {
+                ParsedPiece::Content(text) => content.push_str(&text),
+                ParsedPiece::CallStart { index, name } => {
+                    assert_eq!(index, streamed.len(), "calls start in order, once each");
+                    streamed.push((name, String::new()));
+                }
+                ParsedPiece::Arguments { index, text } => streamed[index].1.push_str(&text),
+            }
+        }
+        let from_calls: Vec<(String, String)> = calls.iter().map(|c| (c.name.clone(), c.arguments.clone())).collect();
+        assert_eq!(streamed, from_calls, "streamed pieces concatenate to the calls");
+        (content, calls)
+    }
+
+    fn call(name: &str, arguments: &str) -> ParsedCall {
+        ParsedCall { name: name.into(), arguments: arguments.into(), complete: true }
+    }
+
+    #[test]
+    fn hermes_text_then_two_calls() {
+        let output = "Let me check. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\", \"note\": \"a \\\"}\\\" b\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"minutes\": 5}}\n</tool_call>";
+        let (content, calls) = parse_every_split(ToolFormat::Hermes, output);
+        assert_eq!(content, "Let me check. ");
+        assert_eq!(
+            calls,
+            vec![
+                call("get_weather", "{\"city\": \"Zürich\", \"note\": \"a \\\"}\\\" b\"}"),
+                call("set_timer", "{\"minutes\": 5}")
+            ]
+        );
+    }
+
+    #[test]
+    fn generic_plain_text_passes_through_whole() {
+        let output = "No tools needed: 3 < 4 and <b>bold</b> <tool_ is not a call.";
+        let (content, calls) = parse_every_split(ToolFormat::Generic, output);
+        assert_eq!(content, output);
+        assert!(calls.is_empty());
+    }
+
+    #[test]
+    fn arguments_before_the_name_are_held_until_the_name() {
+        let output = "<tool_call>{\"arguments\": {\"a\": [1, {\"b\": null}]}, \"name\": \"f\"}</tool_call>";
+        let (content, calls) = parse_every_split(ToolFormat::Hermes, output);
+        assert_eq!(content, "");
+        assert_eq!(calls, vec![call("f", "{\"a\": [1, {\"b\": null}]}")]);
+    }
+
+    #[test]
+    fn llama3_bare_json_and_python_tag() {
+        let output = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
+        let (content, calls) = parse_every_split(ToolFormat::Llama3, output);
+        assert_eq!((content.as_str(), calls), ("", vec![call("get_weather", "{\"city\": \"Paris\"}")]));
+        let tagged = "<|python_tag|>{\"name\": \"set_timer\", \"parameters\": {\"minutes\": 3}}";
+        let (content, calls) = parse_every_split(ToolFormat::Llama3, tagged);
+        assert_eq!((content.as_str(), calls), ("", vec![call("set_timer", "{\"minutes\": 3}")]));
+    }
+
+    #[test]
+    fn mistral_list_with_ids_skipped() {
+        let output = "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}, \"id\": \"abc123def\"}, {\"name\": \"b\", \"arguments\": {}}]";
+        let (content, calls) = parse_every_split(ToolFormat::Mistral, output);
+        assert_eq!(content, "");
+        assert_eq!(calls, vec![call("a", "{\"x\": 1}"), call("b", "{}")]);
+    }
+
+    #[test]
+    fn gemma4_calls_become_json() {
+        let output = "Sure.<|tool_call>call:get_weather{city:<|\"|>São \"Paulo\"<|\"|>,days:3,flags:[true,null],opts:{deep:-1.5e2}}<tool_call|>";
+        let (content, calls) = parse_every_split(ToolFormat::Gemma4, output);
+        assert_eq!(content, "Sure.");
+        assert_eq!(
+            calls,
+            vec![call(
+                "get_weather",
+                "{\"city\":\"São \\\"Paulo\\\"\",\"days\":3,\"flags\":[true,null],\"opts\":{\"deep\":-1.5e2}}"
+            )]
+        );
+        let value: serde_json::Value = serde_json::from_str(&calls[0].arguments).expect("valid JSON");
+        assert_eq!(value["city"], "São \"Paulo\"");
+    }
+
+    #[test]
+    fn function_gemma_with_escape_quotes_and_empty_arguments() {
+        let output = "<start_function_call>call:set_timer{minutes:<escape>5<escape>}<end_function_call><start_function_call>call:stop{}<end_function_call>";
+        let (content, calls) = parse_every_split(ToolFormat::FunctionGemma, output);
+        assert_eq!(content, "");
+        assert_eq!(calls, vec![call("set_timer", "{\"minutes\":\"5\"}"), call("stop", "{}")]);
+    }
+
+    #[test]
+    fn an_unfinished_call_is_reported_incomplete() {
+        let mut parser = ToolCallParser::new(ToolFormat::Hermes);
+        let pieces = parser.push("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": ");
+        assert_eq!(
+            pieces,
+            vec![
+                ParsedPiece::CallStart { index: 0, name: "f".into() },
+                ParsedPiece::Arguments { index: 0, text: "{\"x\": ".into() }
+            ]
+        );
+        let (_, calls) = parser.finish();
+        assert_eq!(calls, vec![ParsedCall { name: "f".into(), arguments: "{\"x\": ".into(), complete: false }]);
+    }
+
+    #[test]
+    fn the_name_is_reported_before_the_arguments_are_written() {
+        let mut parser = ToolCallParser::new(ToolFormat::Generic);
+        assert_eq!(
+            parser.push("<tool_call>\n{\"name\": \"get_weather\""),
+            vec![ParsedPiece::CallStart { index: 0, name: "get_weather".into() }]
+        );
+    }
+
+    #[test]
+    fn malformed_call_without_grammar_falls_back_to_text() {
+        let (content, calls) = parse_in_pieces(ToolFormat::Hermes, &["<tool_call>oops</tool_call> done"]);
+        assert!(calls.is_empty());
+        assert!(!content.contains("<tool_call>"), "{content}");
+    }
+}

@@ -1,0 +1,89 @@
+//! Writing tools and earlier calls into the conversation for templates that cannot.
+
+use super::format::generic_tool_prompt;
+use super::{ToolFormat, ToolSpec};
+use crate::chat::{ChatMessage, Role};
+
+/// The messages to render for a conversation with `tools`.
+///
+/// Templates with native tool support get the messages unchanged (they render `tools`,
+/// `tool_calls` and tool results themselves). For the others ([`ToolFormat::Generic`]):
+/// - the tool definitions and the call format are appended to the system message (one is
+///   added if there is none), identically on every turn, so the prefix stays cached;
+/// - an assistant's earlier calls are written into its text exactly as the generic format
+///   writes them, so the history renders to the tokens the model generated;
+/// - tool results become user turns inside `<tool_response>` tags.
+#[must_use]
+pub fn prepare_messages(format: ToolFormat, messages: &[ChatMessage], tools: &[ToolSpec]) -> Vec<ChatMessage> {
+    if format.template_renders_tools() {
+        return messages.to_vec();
+    }
+    let mut prepared: Vec<ChatMessage> = Vec::with_capacity(messages.len() + 1);
+    if !tools.is_empty() {
+        let instructions = generic_tool_prompt(tools);
+        match messages.first() {
+            Some(first) if first.role == Role::System => {
+                prepared.push(ChatMessage::system(format!("{}\n\n{instructions}", first.content)));
+            }
+            _ => prepared.push(ChatMessage::system(instructions)),
+        }
+    }
+    let skip = usize::from(!tools.is_empty() && messages.first().is_some_and(|m| m.role == Role::System));
+    for message in &messages[skip..] {
+        prepared.push(match message.role {
+            Role::Assistant if !message.tool_calls.is_empty() => {
+                let calls: Vec<String> = message.tool_calls.iter().map(ToolFormat::write_generic_call).collect();
+                ChatMessage::assistant(format!("{}{}", message.content, calls.join("\n")))
+            }
+            Role::Tool => ChatMessage::user(format!("<tool_response>\n{}\n</tool_response>", message.content)),
+            _ => message.clone(),
+        });
+    }
+    prepared
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::ToolCall;
+
+    fn tool() -> ToolSpec {
+        ToolSpec { name: "get_weather".into(), description: None, parameters: serde_json::json!({"type": "object"}) }
+    }
+
+    #[test]
+    fn generic_appends_tools_to_the_system_message_and_writes_history_calls() {
+        let mut assistant = ChatMessage::assistant("Checking. ");
+        assistant.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "get_weather".into(),
+            arguments: "{\"city\": \"Oslo\"}".into(),
+        });
+        let mut result = ChatMessage::new(Role::Tool, "{\"temp\": 3}");
+        result.tool_call_id = Some("call_1".into());
+        let messages = vec![ChatMessage::system("Be brief."), ChatMessage::user("Weather?"), assistant, result];
+        let prepared = prepare_messages(ToolFormat::Generic, &messages, &[tool()]);
+        assert_eq!(prepared.len(), 4);
+        assert!(prepared[0].content.starts_with("Be brief.\n\n# Tools"), "{}", prepared[0].content);
+        assert_eq!(
+            prepared[2].content,
+            "Checking. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"
+        );
+        assert!(prepared[2].tool_calls.is_empty());
+        assert_eq!(prepared[3].role, Role::User);
+        assert_eq!(prepared[3].content, "<tool_response>\n{\"temp\": 3}\n</tool_response>");
+    }
+
+    #[test]
+    fn generic_adds_a_system_message_when_there_is_none() {
+        let prepared = prepare_messages(ToolFormat::Generic, &[ChatMessage::user("Hi")], &[tool()]);
+        assert_eq!(prepared[0].role, Role::System);
+        assert_eq!(prepared[1], ChatMessage::user("Hi"));
+    }
+
+    #[test]
+    fn native_formats_leave_messages_to_the_template() {
+        let messages = vec![ChatMessage::user("Hi")];
+        assert_eq!(prepare_messages(ToolFormat::Hermes, &messages, &[tool()]), messages);
+    }
+}

@@ -1,0 +1,318 @@
+//! Tool definitions and JSON output schemas, checked once per request: names, schemas the
+//! grammar converter accepts, and compiled validators for what the model returns.
+
+use serde_json::Value;
+
+use super::gbnf;
+
+/// A function the model may call (OpenAI `tools[].function`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    /// Function name: letters, digits, `_` and `-`, at most 64 characters.
+    pub name: String,
+    /// What the function does, for the model.
+    pub description: Option<String>,
+    /// JSON Schema of the arguments object.
+    pub parameters: Value,
+}
+
+impl ToolSpec {
+    /// The definition in OpenAI's `{"type": "function", "function": {...}}` shape, as chat
+    /// templates and the generic tool prompt show it to the model.
+    #[must_use]
+    pub fn to_openai_json(&self) -> Value {
+        let mut function = serde_json::Map::new();
+        function.insert("name".into(), Value::String(self.name.clone()));
+        if let Some(description) = &self.description {
+            function.insert("description".into(), Value::String(description.clone()));
+        }
+        function.insert("parameters".into(), self.parameters.clone());
+        serde_json::json!({"type": "function", "function": Value::Object(function)})
+    }
+}
+
+/// Whether and which tool the model must call (OpenAI `tool_choice`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum ToolChoice {
+    /// The model decides: text, or calls.
+    #[default]
+    Auto,
+    /// No calls; text only.
+    None,
+    /// At least one call, no text.
+    Required,
+    /// Exactly this function.
+    Function(String),
+}
+
+/// A problem with the tools or output schema of a request. Each names the field at fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// A name that is empty, too long or has characters other than letters, digits, `_`, `-`.
+    #[error("tool name {name:?} is invalid: use 1-64 letters, digits, '_' or '-'")]
+    InvalidName {
+        /// Index in `tools`.
+        index: usize,
+        /// The name.
+        name: String,
+    },
+    /// Two tools share a name.
+    #[error("tool name {name:?} is used by more than one tool")]
+    DuplicateName {
+        /// Index of the second one in `tools`.
+        index: usize,
+        /// The name.
+        name: String,
+    },
+    /// A parameters schema that is not a valid JSON Schema or that the grammar converter cannot
+    /// handle.
+    #[error("the parameters schema of tool {name:?} cannot be used: {reason}")]
+    UnusableSchema {
+        /// Index in `tools`.
+        index: usize,
+        /// The tool.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The response format schema cannot be used.
+    #[error("the response_format schema cannot be used: {0}")]
+    UnusableOutputSchema(String),
+    /// `tool_choice` names a function that is not among the tools.
+    #[error("tool_choice names function {0:?}, which is not among the tools")]
+    UnknownChoice(String),
+    /// `tool_choice` asks for a call but there are no tools.
+    #[error("tool_choice {0:?} needs at least one tool in 'tools'")]
+    ChoiceWithoutTools(String),
+}
+
+impl ToolError {
+    /// The request field at fault, as an OpenAI `param` path.
+    #[must_use]
+    pub fn param(&self) -> String {
+        match self {
+            Self::InvalidName { index, .. } | Self::DuplicateName { index, .. } => {
+                format!("tools[{index}].function.name")
+            }
+            Self::UnusableSchema { index, .. } => format!("tools[{index}].function.parameters"),
+            Self::UnusableOutputSchema(_) => "response_format".into(),
+            Self::UnknownChoice(_) | Self::ChoiceWithoutTools(_) => "tool_choice".into(),
+        }
+    }
+}
+
+/// A tool after checking: its validator and the grammar of its arguments.
+#[derive(Debug)]
+pub(crate) struct CheckedTool {
+    pub spec: ToolSpec,
+    validator: jsonschema::Validator,
+    /// GBNF for the arguments object; rules prefixed so that its root is `{prefix}root`.
+    pub arguments_grammar: String,
+    /// The prefix of this tool's grammar rules.
+    pub rule_prefix: String,
+}
+
+/// The tools of one request, checked: unique valid names, usable schemas.
+#[derive(Debug, Default)]
+pub struct ToolSet {
+    tools: Vec<CheckedTool>,
+}
+
+impl ToolSet {
+    /// Checks tool definitions and prepares their validators and grammars.
+    ///
+    /// # Errors
+    /// The first [`ToolError`] found.
+    pub fn new(specs: Vec<ToolSpec>) -> Result<Self, ToolError> {
+        let mut tools: Vec<CheckedTool> = Vec::with_capacity(specs.len());
+        for (index, spec) in specs.into_iter().enumerate() {
+            let valid_name = !spec.name.is_empty()
+                && spec.name.len() <= 64
+                && spec.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !valid_name {
+                return Err(ToolError::InvalidName { index, name: spec.name });
+            }
+            if tools.iter().any(|t| t.spec.name == spec.name) {
+                return Err(ToolError::DuplicateName { index, name: spec.name });
+            }
+            let unusable = |reason: String| ToolError::UnusableSchema { index, name: spec.name.clone(), reason };
+            if !spec.parameters.is_object() {
+                return Err(unusable("it must be a JSON object".into()));
+            }
+            let validator = jsonschema::validator_for(&spec.parameters).map_err(|e| unusable(e.to_string()))?;
+            let rule_prefix = format!("fw-t{index}-");
+            let arguments_grammar = schema_grammar(&spec.parameters, &rule_prefix).map_err(unusable)?;
+            tools.push(CheckedTool { spec, validator, arguments_grammar, rule_prefix });
+        }
+        Ok(Self { tools })
+    }
+
+    /// Whether there are no tools.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The definitions, in request order.
+    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.iter().map(|t| &t.spec)
+    }
+
+    pub(crate) fn checked(&self) -> &[CheckedTool] {
+        &self.tools
+    }
+
+    /// Checks `tool_choice` against the tools.
+    ///
+    /// # Errors
+    /// An unknown function, or a required/named choice without tools.
+    pub fn check_choice(&self, choice: &ToolChoice) -> Result<(), ToolError> {
+        match choice {
+            ToolChoice::Required if self.is_empty() => Err(ToolError::ChoiceWithoutTools("required".into())),
+            ToolChoice::Function(name) if self.is_empty() => Err(ToolError::ChoiceWithoutTools(name.clone())),
+            ToolChoice::Function(name) if !self.tools.iter().any(|t| &t.spec.name == name) => {
+                Err(ToolError::UnknownChoice(name.clone()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Parses and validates a call's arguments against the tool's schema.
+    ///
+    /// # Errors
+    /// A readable reason: unknown function, not JSON, or the first schema violation.
+    pub fn check_arguments(&self, name: &str, arguments: &str) -> Result<Value, String> {
+        let tool = self
+            .tools
+            .iter()
+            .find(|t| t.spec.name == name)
+            .ok_or_else(|| format!("the model called {name:?}, which is not among the tools"))?;
+        let value: Value = serde_json::from_str(arguments)
+            .map_err(|e| format!("the arguments of {name:?} are not valid JSON ({e}): {arguments}"))?;
+        tool.validator
+            .validate(&value)
+            .map_err(|e| format!("the arguments of {name:?} do not match its schema: {e}"))?;
+        Ok(value)
+    }
+}
+
+/// A JSON Schema the whole reply must match (`response_format`).
+#[derive(Debug)]
+pub struct OutputSchema {
+    validator: jsonschema::Validator,
+    /// GBNF; rules prefixed so that its root is `fw-json-root`.
+    pub(crate) grammar: String,
+}
+
+impl OutputSchema {
+    /// Root rule of [`OutputSchema`] grammars.
+    pub(crate) const ROOT: &'static str = "fw-json-root";
+
+    /// Prepares a schema: `{"type": "object"}` for OpenAI's `json_object` mode.
+    ///
+    /// # Errors
+    /// [`ToolError::UnusableOutputSchema`] for invalid or unconvertible schemas.
+    pub fn new(schema: &Value) -> Result<Self, ToolError> {
+        let validator =
+            jsonschema::validator_for(schema).map_err(|e| ToolError::UnusableOutputSchema(e.to_string()))?;
+        let grammar = schema_grammar(schema, "fw-json-").map_err(ToolError::UnusableOutputSchema)?;
+        Ok(Self { validator, grammar })
+    }
+
+    /// Parses and validates a complete reply.
+    ///
+    /// # Errors
+    /// Why the text is not JSON or does not match the schema.
+    pub fn check(&self, text: &str) -> Result<Value, String> {
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| format!("the reply is not valid JSON ({e}): {text}"))?;
+        self.validator
+            .validate(&value)
+            .map_err(|e| format!("the reply does not match the response_format schema: {e}"))?;
+        Ok(value)
+    }
+}
+
+/// GBNF for a JSON Schema, by llama.cpp's converter, with rules prefixed.
+fn schema_grammar(schema: &Value, prefix: &str) -> Result<String, String> {
+    let grammar = llama_cpp_2::json_schema_to_grammar(&schema.to_string())
+        .map_err(|_| "llama.cpp's JSON-Schema-to-grammar converter does not support it".to_string())?;
+    Ok(gbnf::prefix_rules(&grammar, prefix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn weather() -> ToolSpec {
+        ToolSpec {
+            name: "get_weather".into(),
+            description: Some("Current weather".into()),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"],
+                "additionalProperties": false}),
+        }
+    }
+
+    #[test]
+    fn duplicate_and_invalid_names_are_refused_with_their_field() {
+        let err = ToolSet::new(vec![weather(), weather()]).expect_err("duplicate");
+        assert_eq!(err.param(), "tools[1].function.name");
+        let bad = ToolSpec { name: "get weather".into(), ..weather() };
+        let err = ToolSet::new(vec![bad]).expect_err("space in name");
+        assert!(matches!(err, ToolError::InvalidName { index: 0, .. }), "{err}");
+    }
+
+    #[test]
+    fn unusable_schemas_are_refused() {
+        let bad =
+            ToolSpec { parameters: json!({"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}}), ..weather() };
+        let err = ToolSet::new(vec![bad]).expect_err("dangling $ref");
+        assert_eq!(err.param(), "tools[0].function.parameters");
+        let not_object = ToolSpec { parameters: json!("string"), ..weather() };
+        assert!(ToolSet::new(vec![not_object]).is_err());
+        let invalid = ToolSpec { parameters: json!({"type": 12}), ..weather() };
+        assert!(ToolSet::new(vec![invalid]).is_err());
+    }
+
+    #[test]
+    fn arguments_are_checked_against_the_schema() {
+        let tools = ToolSet::new(vec![weather()]).expect("valid");
+        assert!(tools.check_arguments("get_weather", r#"{"city": "Paris", "unit": "celsius"}"#).is_ok());
+        let wrong_enum = tools.check_arguments("get_weather", r#"{"city": "Paris", "unit": "kelvin"}"#);
+        assert!(wrong_enum.expect_err("enum").contains("do not match"));
+        assert!(tools.check_arguments("get_weather", r#"{"city": "Paris""#).is_err());
+        assert!(tools.check_arguments("set_timer", "{}").is_err());
+    }
+
+    #[test]
+    fn choices_must_name_a_tool_and_need_tools() {
+        let tools = ToolSet::new(vec![weather()]).expect("valid");
+        assert!(tools.check_choice(&ToolChoice::Function("get_weather".into())).is_ok());
+        assert_eq!(
+            tools.check_choice(&ToolChoice::Function("nope".into())),
+            Err(ToolError::UnknownChoice("nope".into()))
+        );
+        assert!(ToolSet::default().check_choice(&ToolChoice::Required).is_err());
+        assert!(ToolSet::default().check_choice(&ToolChoice::Auto).is_ok());
+    }
+
+    #[test]
+    fn grammar_rules_are_prefixed_per_tool() {
+        let tools = ToolSet::new(vec![weather()]).expect("valid");
+        let grammar = &tools.checked()[0].arguments_grammar;
+        assert!(grammar.contains("fw-t0-root ::="), "{grammar}");
+        assert!(!grammar.lines().any(|l| l.starts_with("root ::=")), "{grammar}");
+    }
+
+    #[test]
+    fn output_schema_validates_replies() {
+        let schema =
+            OutputSchema::new(&json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
+                .expect("usable");
+        assert!(schema.check(r#"{"n": 3}"#).is_ok());
+        assert!(schema.check(r#"{"n": "3"}"#).is_err());
+        assert!(schema.check("three").is_err());
+    }
+}
