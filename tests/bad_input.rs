@@ -58,6 +58,7 @@ async fn bad_requests_get_4xx_envelopes_and_change_nothing() {
     assert_eq!(status, 200, "{warm}");
 
     let huge = "word ".repeat(6000);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
     let deep = format!("{{\"messages\": {}{}}}", "[".repeat(5000), "]".repeat(5000));
     let ok = user(json!("hi"));
     let cases: Vec<(&str, Vec<u8>, u16, Option<&str>)> = vec![
@@ -96,8 +97,19 @@ async fn bad_requests_get_4xx_envelopes_and_change_nothing() {
         ("logit_bias token outside vocab", with(ok.clone(), "logit_bias", json!({"99999999": 1})).to_string().into_bytes(), 400, Some("logit_bias")),
         ("logit_bias value out of range", with(ok.clone(), "logit_bias", json!({"5": 500})).to_string().into_bytes(), 400, Some("logit_bias")),
         ("logprobs requested", with(ok.clone(), "logprobs", json!(true)).to_string().into_bytes(), 400, Some("logprobs")),
-        ("tool_choice required (no grammar backend yet)", with(ok.clone(), "tool_choice", json!("required")).to_string().into_bytes(), 400, Some("tool_choice")),
-        ("response_format json_schema", with(ok.clone(), "response_format", json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})).to_string().into_bytes(), 400, Some("response_format")),
+        ("tool_choice required without tools", with(ok.clone(), "tool_choice", json!("required")).to_string().into_bytes(), 400, Some("tool_choice")),
+        ("tool_choice names an unknown tool", with(with(ok.clone(), "tools", tools.clone()), "tool_choice", json!({"type": "function", "function": {"name": "launch_rocket"}})).to_string().into_bytes(), 400, Some("tool_choice")),
+        ("tool_choice of an unknown kind", with(with(ok.clone(), "tools", tools.clone()), "tool_choice", json!("sometimes")).to_string().into_bytes(), 400, Some("tool_choice")),
+        ("duplicate tool names", with(ok.clone(), "tools", json!([tools[0], tools[0]])).to_string().into_bytes(), 400, Some("tools[1].function.name")),
+        ("tool name with a space", with(ok.clone(), "tools", json!([{"type": "function", "function": {"name": "get weather"}}])).to_string().into_bytes(), 400, Some("tools[0].function.name")),
+        ("tool without a function", with(ok.clone(), "tools", json!([{"type": "function"}])).to_string().into_bytes(), 400, Some("tools[0].function")),
+        ("tool of another type", with(ok.clone(), "tools", json!([{"type": "code_interpreter"}])).to_string().into_bytes(), 400, Some("tools[0].type")),
+        ("tool schema that is not JSON Schema", with(ok.clone(), "tools", json!([{"type": "function", "function": {"name": "f", "parameters": {"type": 7}}}])).to_string().into_bytes(), 400, Some("tools[0].function.parameters")),
+        ("tool schema the grammar cannot handle", with(ok.clone(), "tools", json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}}}])).to_string().into_bytes(), 400, Some("tools[0].function.parameters")),
+        ("assistant tool call without a function", json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function"}]}]}).to_string().into_bytes(), 400, Some("messages[1].tool_calls[0]")),
+        ("response_format of an unknown type", with(ok.clone(), "response_format", json!({"type": "yaml"})).to_string().into_bytes(), 400, Some("response_format.type")),
+        ("response_format json_schema without a schema", with(ok.clone(), "response_format", json!({"type": "json_schema", "json_schema": {"name": "x"}})).to_string().into_bytes(), 400, Some("response_format.json_schema.schema")),
+        ("response_format schema that is not JSON Schema", with(ok.clone(), "response_format", json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "whatever"}}})).to_string().into_bytes(), 400, Some("response_format.json_schema.schema")),
         ("prompt longer than the context", user(json!(huge)).to_string().into_bytes(), 400, Some("messages")),
         ("max_tokens beyond the context", with(ok.clone(), "max_tokens", json!(100_000)).to_string().into_bytes(), 400, Some("messages")),
     ];

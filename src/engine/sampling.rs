@@ -153,9 +153,63 @@ impl<'m> TokenPicker<'m> {
     /// # Errors
     /// [`EngineError::GrammarDeadEnd`] if the grammar allows no token at all.
     pub(crate) fn pick(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<LlamaToken, EngineError> {
-        let Some(constraint) = self.constraint.as_mut().filter(|c| c.triggers.is_empty()) else {
-            return Ok(self.chain.sample(ctx, index));
-        };
+        match self.constraint.as_ref() {
+            None => return Ok(self.chain.sample(ctx, index)),
+            Some(constraint) if !constraint.triggers.is_empty() => {
+                if let Some(token) = self.pick_awaiting_trigger(ctx, index)? {
+                    return Ok(token);
+                }
+            }
+            Some(_) => {}
+        }
+        self.pick_constrained(ctx, index)
+    }
+
+    /// Free sampling while a lazy grammar waits for its trigger. When the picked token completes
+    /// a trigger, the grammar starts at the trigger and is fed the text from there. If that
+    /// token also carries text the grammar rejects (`></` completing `<tool_call>`), and the
+    /// trigger began in earlier tokens, the grammar starts with that earlier part and this
+    /// position is sampled again under it: `None` asks the caller to do so.
+    fn pick_awaiting_trigger(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<Option<LlamaToken>, EngineError> {
+        let vocab = self.model.vocab();
+        let mut candidates = ctx.token_data_array_ith(index);
+        candidates.apply_sampler(&mut self.chain);
+        let token = candidates.selected_token().ok_or_else(|| dead_end("the sampler chose no token"))?;
+        let Some(constraint) = self.constraint.as_mut() else { return Ok(Some(token)) };
+        if !vocab.is_eog(token) {
+            let earlier = constraint.recent.len();
+            constraint.recent.extend_from_slice(&vocab.token_to_piece(token, true, None));
+            let found = constraint.triggers.iter().filter_map(|t| find_bytes(&constraint.recent, t.as_bytes())).min();
+            match found {
+                None => {
+                    let longest = constraint.triggers.iter().map(String::len).max().unwrap_or(0);
+                    let excess = constraint.recent.len().saturating_sub(longest.saturating_sub(1));
+                    constraint.recent.drain(..excess);
+                }
+                Some(start) => {
+                    constraint.triggers.clear();
+                    if feed_text(self.model, &mut constraint.grammar, &constraint.recent[start..]).is_err() {
+                        if start >= earlier {
+                            return Err(dead_end(&format!(
+                                "the output after the trigger breaks the grammar: {:?}",
+                                String::from_utf8_lossy(&constraint.recent[start..])
+                            )));
+                        }
+                        constraint.grammar.reset();
+                        feed_text(self.model, &mut constraint.grammar, &constraint.recent[start..earlier])?;
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        self.chain.accept(token);
+        Ok(Some(token))
+    }
+
+    /// Sampling under an active grammar: sample, check the one token, resample grammar-first
+    /// only if it is rejected.
+    fn pick_constrained(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<LlamaToken, EngineError> {
+        let Some(constraint) = self.constraint.as_mut() else { return Ok(self.chain.sample(ctx, index)) };
         let mut candidates = ctx.token_data_array_ith(index);
         candidates.apply_sampler(&mut self.chain);
         let mut token = candidates.selected_token().ok_or_else(|| dead_end("the sampler chose no token"))?;
@@ -179,31 +233,6 @@ impl<'m> TokenPicker<'m> {
         self.chain.accept(token);
         Ok(token)
     }
-
-    /// Shows the picker the text of the token just picked, so a lazy grammar can start.
-    ///
-    /// # Errors
-    /// [`EngineError::GrammarDeadEnd`] if the text after a trigger already breaks the grammar.
-    pub(crate) fn observe(&mut self, piece: &[u8]) -> Result<(), EngineError> {
-        let Some(constraint) = self.constraint.as_mut().filter(|c| !c.triggers.is_empty()) else {
-            return Ok(());
-        };
-        constraint.recent.extend_from_slice(piece);
-        let found = constraint.triggers.iter().filter_map(|t| find_bytes(&constraint.recent, t.as_bytes())).min();
-        match found {
-            Some(start) => {
-                let text = constraint.recent.split_off(start);
-                constraint.triggers.clear();
-                feed_text(self.model, &mut constraint.grammar, &text)
-            }
-            None => {
-                let longest = constraint.triggers.iter().map(String::len).max().unwrap_or(0);
-                let excess = constraint.recent.len().saturating_sub(longest.saturating_sub(1));
-                constraint.recent.drain(..excess);
-                Ok(())
-            }
-        }
-    }
 }
 
 fn dead_end(reason: &str) -> EngineError {
@@ -223,7 +252,7 @@ fn feed_text(model: &LlamaModel, grammar: &mut LlamaSampler, text: &[u8]) -> Res
     let vocab = model.vocab();
     for token in vocab.tokenize(text, false, true) {
         grammar.try_accept(token).map_err(|_| {
-            dead_end(&format!("the output after the trigger breaks the grammar: {:?}", String::from_utf8_lossy(text)))
+            dead_end(&format!("the text at the trigger breaks the grammar: {:?}", String::from_utf8_lossy(text)))
         })?;
     }
     Ok(())

@@ -17,7 +17,7 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::prefix::{plan_reuse, window_covers};
+use super::prefix::{common_prefix_len, plan_reuse, window_covers};
 use super::sampling::TokenPicker;
 use super::text::{StopMatcher, StopScan, Utf8Stream};
 use super::{Command, EngineConfig, EngineError, Event, FinishReason, FlashAttention, Job, ModelInfo, Timings, Usage};
@@ -112,6 +112,28 @@ struct Session<'m> {
     n_batch: usize,
     bos_text: String,
     shutting_down: &'m AtomicBool,
+}
+
+/// The reply to one request as it is generated.
+struct Reply<'j> {
+    events: &'j UnboundedSender<Event>,
+    /// Set by the client to end the reply early.
+    finish_requested: &'j AtomicBool,
+    /// Tokens generated.
+    tokens: u32,
+    /// All text sent.
+    text: String,
+}
+
+impl Reply<'_> {
+    /// Sends text to the client; false if the client is gone.
+    fn send(&mut self, text: String) -> bool {
+        if text.is_empty() {
+            return true;
+        }
+        self.text.push_str(&text);
+        self.events.send(Event::Text(text)).is_ok()
+    }
 }
 
 /// How a generation loop ended.
@@ -213,6 +235,10 @@ impl<'m> Session<'m> {
 
     fn serve(&mut self, job: Job) {
         let Job { prompt, request, events, finish_requested } = job;
+        let prompt_text = match &prompt {
+            PromptInput::Text(text) => Some(text.clone()),
+            PromptInput::Tokens(_) => None,
+        };
         let tokens = match self.tokenize(prompt) {
             Ok(tokens) => tokens,
             Err(e) => {
@@ -257,14 +283,16 @@ impl<'m> Session<'m> {
         let prompt_time = prefill_start.elapsed();
 
         let generation_start = Instant::now();
-        let mut completion_tokens = 0;
-        let outcome =
-            self.generate(&request, picker, limit, logits_index, (&events, &finish_requested), &mut completion_tokens);
-        let usage = Usage { prompt_tokens, cached_tokens: keep as u32, completion_tokens };
+        let mut reply = Reply { events: &events, finish_requested: &finish_requested, tokens: 0, text: String::new() };
+        let outcome = self.generate(&request, picker, limit, logits_index, &mut reply);
+        let usage = Usage { prompt_tokens, cached_tokens: keep as u32, completion_tokens: reply.tokens };
         match outcome {
             Outcome::Finished(reason) => {
                 let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed() };
                 let _ = events.send(Event::Finished { reason, usage, timings });
+                if let Some(prompt_text) = prompt_text {
+                    self.align_with_text(prompt_text + &reply.text);
+                }
             }
             Outcome::Failed(e) => {
                 let _ = events.send(Event::Failed(e));
@@ -273,6 +301,35 @@ impl<'m> Session<'m> {
         }
         // The last sampled token (end-of-turn, or the one that hit the limit) was never
         // evaluated: the next turn prefills it with its new suffix, in the same batch, for free.
+    }
+
+    /// After a reply, makes the cache hold the tokenizer's own split of prompt + reply text,
+    /// which is what the next turn sends (it is tokenized from text). A model's sampled tokens
+    /// are not always that split (grammar-constrained output especially); without this the
+    /// next turn's cache would stop inside the reply. Runs while the user reads or listens;
+    /// skipped when the difference is larger than one batch.
+    fn align_with_text(&mut self, full_text: String) {
+        let Ok(canonical) = self.tokenize(PromptInput::Text(full_text)) else { return };
+        let common = common_prefix_len(&self.cached, &canonical);
+        let redo = canonical.len() - common;
+        if common == self.cached.len() || redo > self.n_batch || self.shutting_down.load(Ordering::Relaxed) {
+            return;
+        }
+        if !window_covers(self.ctx.kv_cache_seq_pos_min(0), common, self.n_swa)
+            || self.ctx.kv_cache_seq_rm(0, Some(common as u32), None).is_err()
+        {
+            return;
+        }
+        tracing::debug!(
+            common,
+            redo,
+            cached = self.cached.len(),
+            "re-evaluating the reply as the next turn will send it"
+        );
+        self.cached.truncate(common);
+        if let Err(e) = self.decode(&canonical[common..], false) {
+            tracing::warn!("re-evaluating the reply failed: {e}");
+        }
     }
 
     /// Cuts the KV cache to the longest prefix shared with `tokens`; returns how many it kept.
@@ -343,8 +400,7 @@ impl<'m> Session<'m> {
         mut picker: TokenPicker<'_>,
         limit: u32,
         mut logits_index: i32,
-        (events, finish_requested): (&UnboundedSender<Event>, &AtomicBool),
-        completion_tokens: &mut u32,
+        reply: &mut Reply<'_>,
     ) -> Outcome {
         let vocab = self.model.vocab();
         let mut utf8 = Utf8Stream::default();
@@ -359,18 +415,17 @@ impl<'m> Session<'m> {
                 _ => None,
             })
             .collect();
-        let send = |text: String| text.is_empty() || events.send(Event::Text(text)).is_ok();
         let reason = loop {
-            if *completion_tokens >= limit {
+            if reply.tokens >= limit {
                 break FinishReason::Length;
             }
             if self.shutting_down.load(Ordering::Relaxed) {
                 return Outcome::Failed(EngineError::ShuttingDown);
             }
-            if events.is_closed() {
+            if reply.events.is_closed() {
                 return Outcome::Cancelled;
             }
-            if finish_requested.load(Ordering::Relaxed) {
+            if reply.finish_requested.load(Ordering::Relaxed) {
                 break FinishReason::Stop;
             }
             let token = match picker.pick(&self.ctx, logits_index) {
@@ -380,23 +435,20 @@ impl<'m> Session<'m> {
             if vocab.is_eog(token) {
                 break FinishReason::Stop;
             }
-            *completion_tokens += 1;
+            reply.tokens += 1;
             let piece = vocab.token_to_piece(token, preserved.contains(&token), None);
-            if let Err(e) = picker.observe(&piece) {
-                return Outcome::Failed(e);
-            }
             let text = utf8.push(&piece);
             match stops.push(&text) {
                 StopScan::Continue(text) => {
-                    if !send(text) {
+                    if !reply.send(text) {
                         return Outcome::Cancelled;
                     }
                 }
                 StopScan::Stopped(text) => {
-                    return if send(text) { Outcome::Finished(FinishReason::Stop) } else { Outcome::Cancelled };
+                    return if reply.send(text) { Outcome::Finished(FinishReason::Stop) } else { Outcome::Cancelled };
                 }
             }
-            if *completion_tokens >= limit || self.cached.len() >= n_ctx {
+            if reply.tokens >= limit || self.cached.len() >= n_ctx {
                 break FinishReason::Length;
             }
             logits_index = match self.decode(&[token], true) {
@@ -409,7 +461,7 @@ impl<'m> Session<'m> {
             StopScan::Continue(text) => (reason, text + &stops.finish()),
             StopScan::Stopped(text) => (FinishReason::Stop, text),
         };
-        if send(tail) {
+        if reply.send(tail) {
             Outcome::Finished(reason)
         } else {
             Outcome::Cancelled

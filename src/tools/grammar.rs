@@ -31,7 +31,8 @@ pub fn request_grammar(
         ToolChoice::Function(name) => tools.checked().iter().filter(|t| &t.spec.name == name).collect(),
         ToolChoice::Auto | ToolChoice::Required => tools.checked().iter().collect(),
     };
-    let calls = (!allowed.is_empty()).then(|| calls_grammar(format, &allowed, parallel));
+    let lazy = *choice == ToolChoice::Auto && output.is_none();
+    let calls = (!allowed.is_empty()).then(|| calls_grammar(format, &allowed, parallel, lazy));
     let root = |gbnf: String| Grammar { gbnf, root: "fw-root".into(), triggers: Vec::new() };
     match (calls, output) {
         (None, None) => None,
@@ -50,7 +51,12 @@ pub fn request_grammar(
 }
 
 /// Rules `fw-calls` (one or more calls in the format's layout) and everything they use.
-fn calls_grammar(format: ToolFormat, tools: &[&CheckedTool], parallel: bool) -> String {
+///
+/// Tagged JSON calls are written exactly as the generic prompt and Hermes templates write
+/// them (`<tool_call>\n{…}\n</tool_call>`, calls separated by a newline), so the history
+/// renders back to the generated text. Only a lazy grammar allows other whitespace right after
+/// the opener: the token that completes a trigger may carry whatever follows it.
+fn calls_grammar(format: ToolFormat, tools: &[&CheckedTool], parallel: bool, lazy: bool) -> String {
     let mut out = String::from(WS_RULE);
     let alternatives: Vec<String> = tools.iter().map(|tool| call_rule(format.body(), tool)).collect();
     out.push_str(&format!("fw-call ::= {}\n", alternatives.join(" | ")));
@@ -63,8 +69,17 @@ fn calls_grammar(format: ToolFormat, tools: &[&CheckedTool], parallel: bool) -> 
     };
     match format.layout() {
         Layout::Tagged { open, close } => {
-            out.push_str(&format!("fw-one ::= {} fw-ws fw-call fw-ws {}\n", literal(open), literal(close)));
-            out.push_str(&format!("fw-calls ::= {}\n", repeat("fw-one", "fw-ws")));
+            let (after_open, before_close) = match format.body() {
+                Body::Json { .. } if lazy => ("fw-ws", "\"\\n\""),
+                Body::Json { .. } => ("\"\\n\"", "\"\\n\""),
+                Body::Gemma { .. } => ("", ""),
+            };
+            out.push_str(&format!(
+                "fw-one ::= {} {after_open} fw-call {before_close} {}\n",
+                literal(open),
+                literal(close)
+            ));
+            out.push_str(&format!("fw-calls ::= {}\n", repeat("fw-one", before_close)));
         }
         Layout::List { open } => {
             out.push_str(&format!(
@@ -90,14 +105,15 @@ fn calls_grammar(format: ToolFormat, tools: &[&CheckedTool], parallel: bool) -> 
     out
 }
 
-/// One tool's call: its fixed name, then its arguments.
+/// One tool's call: its fixed name, then its arguments. The JSON around the arguments is
+/// written exactly as templates (and the generic prompt) write it, so a call sent back in the
+/// history renders to the very text the model generated and the next turn reuses its cache.
 fn call_rule(body: Body, tool: &CheckedTool) -> String {
     let name = &tool.spec.name;
     match body {
         Body::Json { args_key } => format!(
-            "( \"{{\" fw-ws \"\\\"name\\\"\" fw-ws \":\" fw-ws {} fw-ws \",\" fw-ws {} fw-ws \":\" fw-ws {}root fw-ws \"}}\" )",
-            literal(&format!("\"{name}\"")),
-            literal(&format!("\"{args_key}\"")),
+            "( {} {}root \"}}\" )",
+            literal(&format!("{{\"name\": \"{name}\", \"{args_key}\": ")),
             tool.rule_prefix
         ),
         Body::Gemma { .. } => {

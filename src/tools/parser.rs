@@ -84,11 +84,14 @@ impl ToolCallParser {
     }
 
     /// Ends the reply: releases held-back text and returns the last pieces with all calls.
+    /// Unfinished call syntax (generation stopped inside a call's envelope, or in the opener of
+    /// a call after other calls) is not content.
     #[must_use]
     pub fn finish(mut self) -> (Vec<ParsedPiece>, Vec<ParsedCall>) {
         let mut out = Vec::new();
-        if matches!(self.state, State::Content | State::Expect(_)) {
-            let rest = std::mem::take(&mut self.buffer);
+        let rest = std::mem::take(&mut self.buffer);
+        let unfinished_opener = self.format.openers().iter().any(|o| o.starts_with(rest.trim_start()));
+        if matches!(self.state, State::Content) && !(self.after_call && unfinished_opener) {
             self.emit_content(&rest, &mut out);
         }
         (out, self.calls)
@@ -767,6 +770,21 @@ mod tests {
         );
         let (_, calls) = parser.finish();
         assert_eq!(calls, vec![ParsedCall { name: "f".into(), arguments: "{\"x\": ".into(), complete: false }]);
+    }
+
+    #[test]
+    fn an_unfinished_closer_is_not_content() {
+        let (content, calls) =
+            parse_in_pieces(ToolFormat::Generic, &["<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_c"]);
+        assert_eq!(content, "");
+        assert_eq!(calls, vec![call("f", "{}")]);
+        let (content, _) = parse_in_pieces(
+            ToolFormat::Generic,
+            &["<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool"],
+        );
+        assert_eq!(content, "", "the start of a next call is not content");
+        let (content, _) = parse_in_pieces(ToolFormat::Generic, &["Is 3 <"]);
+        assert_eq!(content, "Is 3 <", "without calls, a trailing '<' is text");
     }
 
     #[test]

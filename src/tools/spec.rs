@@ -233,11 +233,18 @@ impl OutputSchema {
     }
 }
 
-/// GBNF for a JSON Schema, by llama.cpp's converter, with rules prefixed.
+/// GBNF for a JSON Schema, by llama.cpp's converter, with rules prefixed and whitespace
+/// between JSON tokens limited to one space: the converter allows newlines and 20 spaces of
+/// indentation, on which small models spend (and loop) tokens.
 fn schema_grammar(schema: &Value, prefix: &str) -> Result<String, String> {
     let grammar = llama_cpp_2::json_schema_to_grammar(&schema.to_string())
         .map_err(|_| "llama.cpp's JSON-Schema-to-grammar converter does not support it".to_string())?;
-    Ok(gbnf::prefix_rules(&grammar, prefix))
+    let compact: String = grammar
+        .lines()
+        .map(|line| if line.starts_with("space ::=") { "space ::= \" \"?" } else { line })
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok(gbnf::prefix_rules(&compact, prefix))
 }
 
 #[cfg(test)]
@@ -304,6 +311,7 @@ mod tests {
         let grammar = &tools.checked()[0].arguments_grammar;
         assert!(grammar.contains("fw-t0-root ::="), "{grammar}");
         assert!(!grammar.lines().any(|l| l.starts_with("root ::=")), "{grammar}");
+        assert!(grammar.contains("fw-t0-space ::= \" \"?"), "compact whitespace: {grammar}");
     }
 
     #[test]
