@@ -42,6 +42,6 @@ pub mod tools;
 
 pub use chat::{ChatMessage, Role};
 pub use engine::{
-    Engine, EngineConfig, EngineError, Event, FinishReason, Generation, GenerationRequest, ModelInfo, Prompt,
+    Engine, EngineConfig, EngineError, Event, FinishReason, Generation, GenerationRequest, Grammar, ModelInfo, Prompt,
     SamplingParams, Usage,
 };

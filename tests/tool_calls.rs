@@ -325,11 +325,29 @@ async fn auto_never_leaks_markers(server: &TestServer) {
     }
 }
 
+/// `parallel_tool_calls: false`: exactly one call, even where the model would go on.
+async fn one_call_without_parallel_calls(server: &TestServer) {
+    for (i, user) in REQUESTS.iter().enumerate() {
+        let body = request(
+            "You are a home assistant.",
+            user,
+            json!("required"),
+            json!({"parallel_tool_calls": false, "seed": i, "temperature": 0.8}),
+        );
+        let (status, answer) = post(&server.base, &body).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["choices"][0]["finish_reason"], "tool_calls", "{answer}");
+        let calls = answer["choices"][0]["message"]["tool_calls"].as_array().expect("calls");
+        assert_eq!(calls.len(), 1, "{answer}");
+    }
+}
+
 #[tokio::test]
 async fn smollm2_tool_calls() {
     let (_guard, server) = exclusive_server().await;
     let (required, named) = forced_calls_always_validate(server).await;
     println!("SmolLM2: required {required}/20, named {named}/20 calls valid");
+    one_call_without_parallel_calls(server).await;
     streamed_calls_match_the_answer(server).await;
     json_schema_replies_validate(server).await;
     let (prompt, completion, cached) = follow_up_after_a_tool_result_is_cached(server).await;

@@ -114,6 +114,9 @@ pub(crate) fn build_sampler(params: &SamplingParams, n_vocab: i32) -> LlamaSampl
 pub(crate) struct TokenPicker<'m> {
     model: &'m LlamaModel,
     chain: LlamaSampler,
+    /// How many of the most likely tokens must be allowed by the grammar for a resample to
+    /// look at those alone; `None` when only the whole vocabulary gives the exact result.
+    shortlist_need: Option<usize>,
     constraint: Option<Constraint>,
 }
 
@@ -145,7 +148,18 @@ impl<'m> TokenPicker<'m> {
                 recent: Vec::new(),
             }),
         };
-        Ok(Self { model, chain: build_sampler(params, model.n_vocab()), constraint })
+        // Greedy over the shortlist is exact when one of it is allowed. With top-k sampling,
+        // allowed tokens ranked below the shortlist are left out (they are the least likely of
+        // the allowed ones; measured: a grammar pass over gemma's 262K-token vocabulary costs
+        // more than a decode step). Sampling over the whole distribution (top-k off), and
+        // logit bias or penalties (which move tokens across the shortlist's edge), keep the
+        // exact full pass.
+        let shortlist_need = match params {
+            p if !p.logit_bias.is_empty() || p.has_penalties() => None,
+            p if p.temperature <= 0.0 || p.top_k > 0 => Some(1),
+            _ => None,
+        };
+        Ok(Self { model, chain: build_sampler(params, model.n_vocab()), shortlist_need, constraint })
     }
 
     /// Picks the token that follows the logits at `index` and records it as accepted.
@@ -215,7 +229,11 @@ impl<'m> TokenPicker<'m> {
         let mut token = candidates.selected_token().ok_or_else(|| dead_end("the sampler chose no token"))?;
         if !allows(&mut constraint.grammar, token) {
             let mut candidates = ctx.token_data_array_ith(index);
-            candidates.apply_sampler(&mut constraint.grammar);
+            if let Some(need) = self.shortlist_need {
+                candidates = shortlist(candidates, &mut constraint.grammar, need);
+            } else {
+                candidates.apply_sampler(&mut constraint.grammar);
+            }
             if !candidates.data.iter().any(|c| c.logit().is_finite()) {
                 return Err(dead_end("the grammar allows no token here"));
             }
@@ -233,6 +251,27 @@ impl<'m> TokenPicker<'m> {
         self.chain.accept(token);
         Ok(token)
     }
+}
+
+/// How many of the most likely tokens a grammar resample looks at first.
+const SHORTLIST: usize = 256;
+
+/// The grammar applied to the [`SHORTLIST`] most likely tokens only (a fraction of the cost of
+/// the whole vocabulary), used when at least `need` of them are allowed; otherwise the grammar
+/// is applied to everything.
+fn shortlist(mut all: LlamaTokenDataArray, grammar: &mut LlamaSampler, need: usize) -> LlamaTokenDataArray {
+    if all.data.len() > SHORTLIST {
+        let mut top = all.data.clone();
+        top.select_nth_unstable_by(SHORTLIST, |a, b| b.logit().total_cmp(&a.logit()));
+        top.truncate(SHORTLIST);
+        let mut top = LlamaTokenDataArray::new(top, false);
+        top.apply_sampler(grammar);
+        if top.data.iter().filter(|c| c.logit().is_finite()).count() >= need {
+            return top;
+        }
+    }
+    all.apply_sampler(grammar);
+    all
 }
 
 fn dead_end(reason: &str) -> EngineError {
