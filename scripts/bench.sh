@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Runs examples/ttft_bench against firstword and, if LLAMA_SERVER points at a llama-server
-# binary, against llama-server on the same model, interleaved, one slot each.
-# Usage: scripts/bench.sh MODEL [extra ttft_bench args...]
+# Starts firstword and, if LLAMA_SERVER points at a llama-server binary, llama-server on the
+# same model (one slot each, same threads and context), then runs `firstword bench` on both.
+# Usage: scripts/bench.sh MODEL [extra `firstword bench` args: --reps, --csv, --plot, ...]
 set -euo pipefail
 model=${1:?model path}; shift
 ctx=${CTX:-8192}
 threads=${THREADS:-$(nproc)}
-cargo build --release --quiet --bin firstword --example ttft_bench
+cargo build --release --quiet --bin firstword
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -29,16 +29,14 @@ wait_healthy() {  # PORT PID
 
 port_free 18080
 ./target/release/firstword serve -m "$model" --port 18080 -c "$ctx" -t "$threads" --threads-batch "$threads" 2>/tmp/firstword-bench.log &
-pids+=($!); servers=(--server "firstword=http://127.0.0.1:18080@$!")
+pids+=($!); servers=(--url http://127.0.0.1:18080 --name firstword --pid $!)
 wait_healthy 18080 $!
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
   port_free 18081
   "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja 2>/tmp/llama-server-bench.log &
-  pids+=($!); servers+=(--server "llama-server=http://127.0.0.1:18081@$!")
+  pids+=($!); servers+=(--url http://127.0.0.1:18081 --name llama-server --pid $!)
   wait_healthy 18081 $!
 fi
 
-echo "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-./target/release/examples/ttft_bench "${servers[@]}" "$@"
-echo "load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+./target/release/firstword bench "${servers[@]}" "$@"

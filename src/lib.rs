@@ -36,6 +36,7 @@
 //! the HTTP layer and only talks to the engine through its handle.
 
 pub mod api;
+pub mod bench;
 pub mod chat;
 pub mod engine;
 pub mod tools;

@@ -25,6 +25,91 @@ struct Cli {
 enum Command {
     /// Serve a GGUF model over the OpenAI chat-completions API.
     Serve(ServeArgs),
+    /// Measure cold/warm TTFT, tool calls, decode speed and an interleaved job on any
+    /// OpenAI-compatible servers, side by side, and decide between them.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Server base URL (repeat to compare servers; they run in turn each repetition).
+    #[arg(long = "url", required = true)]
+    urls: Vec<String>,
+    /// Names for the servers, in --url order [default: the URLs].
+    #[arg(long = "name")]
+    names: Vec<String>,
+    /// Process ids of the servers, in --url order, to report their peak memory.
+    #[arg(long = "pid")]
+    pids: Vec<u32>,
+    /// Size of the generated system prompt, in tokens (approximate).
+    #[arg(long = "system-tokens", default_value_t = 4000, conflicts_with = "system_prompt_file")]
+    system_tokens: usize,
+    /// Use this file as the system prompt instead.
+    #[arg(long = "system-prompt-file")]
+    system_prompt_file: Option<PathBuf>,
+    /// Conversation turns (the first is cold).
+    #[arg(long, default_value_t = 5)]
+    turns: u32,
+    /// Repetitions.
+    #[arg(long, default_value_t = 3)]
+    reps: u32,
+    /// Tokens generated per conversation turn.
+    #[arg(long = "turn-tokens", default_value_t = 32)]
+    turn_tokens: u32,
+    /// Tokens generated in the decode-speed scenarios.
+    #[arg(long = "decode-tokens", default_value_t = 128)]
+    decode_tokens: u32,
+    /// `model` sent in requests.
+    #[arg(long, default_value = "default")]
+    model: String,
+    /// Write one CSV row per request here.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Draw TTFT per turn per server into this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Also print a weighted score, e.g. quality=0.4,decode=0.25,ttft=0.2,rss=0.15.
+    #[arg(long)]
+    weights: Option<firstword::bench::Weights>,
+    /// Per-request timeout in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+impl BenchArgs {
+    fn config(&self) -> anyhow::Result<firstword::bench::BenchConfig> {
+        let system_prompt = match &self.system_prompt_file {
+            Some(path) => std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
+            None => firstword::bench::synthetic_system_prompt(self.system_tokens),
+        };
+        let targets = self
+            .urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| firstword::bench::Target {
+                name: self.names.get(i).cloned().unwrap_or_else(|| url.clone()),
+                url: url.clone(),
+                pid: self.pids.get(i).copied(),
+            })
+            .collect();
+        Ok(firstword::bench::BenchConfig {
+            targets,
+            system_prompt,
+            turns: self.turns.max(1),
+            reps: self.reps.max(1),
+            model: self.model.clone(),
+            turn_tokens: self.turn_tokens,
+            decode_tokens: self.decode_tokens,
+            timeout: std::time::Duration::from_secs(self.timeout),
+        })
+    }
+}
+
+#[tokio::main]
+async fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+    let config = args.config()?;
+    let outputs = firstword::bench::Outputs { csv: args.csv.clone(), plot: args.plot.clone(), weights: args.weights };
+    firstword::bench::execute(&config, &outputs).await.map_err(|e| anyhow::anyhow!(e))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -114,8 +199,11 @@ fn main() -> ExitCode {
     // llama.cpp's own log is routed into tracing under `llama-cpp-2`; quiet unless asked for.
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,llama-cpp-2=warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    let Command::Serve(args) = cli.command;
-    match serve(&args) {
+    let result = match &cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Bench(args) => bench(args),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

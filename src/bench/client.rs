@@ -1,0 +1,239 @@
+//! One chat-completions request, timed from the client's side.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::report::Row;
+
+/// A streamed tool call as rebuilt from its deltas.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamedCall {
+    /// `id`, from the call's first delta.
+    pub id: String,
+    /// The function name.
+    pub name: String,
+    /// Arguments, concatenated.
+    pub arguments: String,
+    /// How often `id` or `name` came again for the same call (clients concatenate them).
+    pub repeated_header: u32,
+}
+
+/// What a request returned.
+#[derive(Debug, Default)]
+pub struct Answer {
+    /// Content text.
+    pub content: String,
+    /// Tool calls (streamed or not).
+    pub calls: Vec<StreamedCall>,
+    /// The final `finish_reason`.
+    pub finish_reason: Option<String>,
+    /// Non-streamed: the assistant message as returned (for the follow-up turn).
+    pub message: Option<Value>,
+}
+
+/// Sends one request and fills the row's timings, tokens and status. Never fails: problems
+/// end up in `row.error`.
+pub async fn send(client: &reqwest::Client, base: &str, body: &Value, row: &mut Row) -> Answer {
+    let start = Instant::now();
+    match exchange(client, base, body, row, start).await {
+        Ok(answer) => {
+            row.total_ms = Some(ms(start.elapsed()));
+            answer
+        }
+        Err(error) => {
+            row.error = error;
+            Answer::default()
+        }
+    }
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+async fn exchange(
+    client: &reqwest::Client,
+    base: &str,
+    body: &Value,
+    row: &mut Row,
+    start: Instant,
+) -> Result<Answer, String> {
+    let url = format!("{}/v1/chat/completions", base.trim_end_matches('/'));
+    let mut response = client.post(&url).json(body).send().await.map_err(|e| format!("unreachable: {e}"))?;
+    row.http_status = response.status().as_u16();
+    if !response.status().is_success() {
+        let text = response.text().await.unwrap_or_default();
+        let message: String = text.chars().take(200).collect();
+        return Err(format!("HTTP {}: {message}", row.http_status));
+    }
+    if body["stream"] != Value::Bool(true) {
+        let text = response.text().await.map_err(|e| format!("reading the answer: {e}"))?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|_| format!("not an OpenAI answer: {}", text.chars().take(120).collect::<String>()))?;
+        row.ttft_ms = Some(ms(start.elapsed()));
+        read_usage(&value, row);
+        let choice = value["choices"].get(0).ok_or("the answer has no choices")?;
+        let message = choice["message"].clone();
+        let calls = message["tool_calls"]
+            .as_array()
+            .map(|calls| {
+                calls
+                    .iter()
+                    .map(|c| StreamedCall {
+                        id: c["id"].as_str().unwrap_or_default().into(),
+                        name: c["function"]["name"].as_str().unwrap_or_default().into(),
+                        arguments: c["function"]["arguments"].as_str().unwrap_or_default().into(),
+                        repeated_header: 0,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        return Ok(Answer {
+            content: message["content"].as_str().unwrap_or_default().to_string(),
+            calls,
+            finish_reason: choice["finish_reason"].as_str().map(String::from),
+            message: Some(message),
+        });
+    }
+
+    let mut answer = Answer::default();
+    let mut buffer = String::new();
+    let (mut first, mut last) = (None, None);
+    let mut deltas = 0u64;
+    let mut done = false;
+    while let Some(chunk) = response.chunk().await.map_err(|e| format!("stream broke: {e}"))? {
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")).map(str::trim) else { continue };
+            if data == "[DONE]" {
+                done = true;
+                continue;
+            }
+            let value: Value = serde_json::from_str(data)
+                .map_err(|_| format!("not an OpenAI stream: {}", data.chars().take(120).collect::<String>()))?;
+            if let Some(error) = value.get("error") {
+                return Err(format!("error event: {error}"));
+            }
+            read_usage(&value, row);
+            let Some(choice) = value["choices"].get(0) else { continue };
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                answer.finish_reason = Some(reason.to_string());
+            }
+            let delta = &choice["delta"];
+            let content = delta["content"].as_str().unwrap_or_default();
+            let calls = delta["tool_calls"].as_array().filter(|c| !c.is_empty());
+            if content.is_empty() && calls.is_none() {
+                continue;
+            }
+            let now = start.elapsed();
+            first.get_or_insert(now);
+            last = Some(now);
+            deltas += 1;
+            if !content.is_empty() {
+                answer.content.push_str(content);
+                if row.first_sentence_ms.is_none() && sentence_complete(&answer.content) {
+                    row.first_sentence_ms = Some(ms(now));
+                }
+            }
+            for call in calls.into_iter().flatten() {
+                merge_call_delta(&mut answer.calls, call);
+            }
+        }
+    }
+    if !done {
+        return Err("the stream ended without [DONE]".into());
+    }
+    let first = first.ok_or("no content or tool call was streamed")?;
+    row.ttft_ms = Some(ms(first));
+    if row.first_sentence_ms.is_none() && ends_sentence(answer.content.trim_end()) {
+        row.first_sentence_ms = last.map(ms);
+    }
+    let generated = row.completion_tokens.unwrap_or(deltas);
+    row.completion_tokens = Some(generated);
+    if let Some(last) = last {
+        let window = (last - first).as_secs_f64();
+        if generated > 1 && window > 0.0 {
+            row.decode_tok_s = Some((generated - 1) as f64 / window);
+        }
+    }
+    Ok(answer)
+}
+
+fn read_usage(value: &Value, row: &mut Row) {
+    let usage = &value["usage"];
+    if let Some(n) = usage["prompt_tokens"].as_u64() {
+        row.prompt_tokens = Some(n);
+    }
+    if let Some(n) = usage["completion_tokens"].as_u64() {
+        row.completion_tokens = Some(n);
+    }
+    if let Some(n) = usage["prompt_tokens_details"]["cached_tokens"].as_u64() {
+        row.cached_tokens = Some(n);
+    }
+}
+
+/// Adds one `delta.tool_calls[]` element to the calls, by `index`, as clients do.
+fn merge_call_delta(calls: &mut Vec<StreamedCall>, delta: &Value) {
+    let index = delta["index"].as_u64().unwrap_or(calls.len().saturating_sub(1) as u64) as usize;
+    if calls.len() <= index {
+        calls.resize(index + 1, StreamedCall::default());
+    }
+    let call = &mut calls[index];
+    if let Some(id) = delta["id"].as_str() {
+        call.repeated_header += u32::from(!call.id.is_empty());
+        call.id.push_str(id);
+    }
+    if let Some(name) = delta["function"]["name"].as_str() {
+        call.repeated_header += u32::from(!call.name.is_empty());
+        call.name.push_str(name);
+    }
+    if let Some(arguments) = delta["function"]["arguments"].as_str() {
+        call.arguments.push_str(arguments);
+    }
+}
+
+/// Whether `text` holds a complete sentence: `.`, `!` or `?` followed by whitespace.
+fn sentence_complete(text: &str) -> bool {
+    let chars: Vec<char> = text.chars().collect();
+    chars.windows(2).any(|w| matches!(w[0], '.' | '!' | '?') && w[1].is_whitespace())
+}
+
+fn ends_sentence(text: &str) -> bool {
+    text.ends_with(['.', '!', '?'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sentences_end_at_punctuation_and_space() {
+        assert!(!sentence_complete("Hello there"));
+        assert!(!sentence_complete("3.14 is pi"));
+        assert!(sentence_complete("Hi. How"));
+        assert!(ends_sentence("Done!"));
+    }
+
+    #[test]
+    fn call_deltas_merge_by_index_and_count_repeated_headers() {
+        let mut calls = Vec::new();
+        merge_call_delta(
+            &mut calls,
+            &json!({"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}),
+        );
+        merge_call_delta(&mut calls, &json!({"index": 0, "function": {"arguments": "{\"a\":"}}));
+        merge_call_delta(&mut calls, &json!({"index": 0, "function": {"name": "f", "arguments": "1}"}}));
+        assert_eq!(
+            calls,
+            vec![StreamedCall {
+                id: "call_1".into(),
+                name: "ff".into(),
+                arguments: "{\"a\":1}".into(),
+                repeated_header: 1
+            }]
+        );
+    }
+}

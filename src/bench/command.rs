@@ -1,0 +1,99 @@
+//! The whole `firstword bench` run: requests with a progress bar, then CSV, chart, summary
+//! table, decision and optional score.
+
+use std::path::PathBuf;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{decide, load_average, peak_rss_mb, plot, run, scores, summarize, table, write_csv, BenchConfig, Weights};
+
+/// Requests per server and repetition: the turns, the interleaved job and the turn after it,
+/// two decode runs, three tool checks.
+fn requests_per_run(turns: u32) -> u64 {
+    u64::from(turns) + 2 + 2 + 3
+}
+
+/// Fails early, with the server named, when a server does not answer at all.
+async fn check_reachable(config: &BenchConfig) -> Result<(), String> {
+    let client =
+        reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().map_err(|e| e.to_string())?;
+    for target in &config.targets {
+        let url = format!("{}/v1/models", super::base(&target.url));
+        client.get(&url).send().await.map_err(|e| format!("cannot reach {} at {url}: {e}", target.name))?;
+    }
+    Ok(())
+}
+
+/// Where the results go besides stdout.
+#[derive(Clone, Debug, Default)]
+pub struct Outputs {
+    /// One CSV row per request.
+    pub csv: Option<PathBuf>,
+    /// The TTFT chart (SVG).
+    pub plot: Option<PathBuf>,
+    /// Weights for the optional score.
+    pub weights: Option<Weights>,
+}
+
+/// Runs the benchmark and prints the report.
+///
+/// # Errors
+/// Bad settings, the HTTP client, or writing the CSV or chart. Server failures are not errors:
+/// they are counted in the report.
+pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), String> {
+    if config.targets.is_empty() {
+        return Err("give at least one --url".into());
+    }
+    check_reachable(config).await?;
+    let load_before = load_average();
+    if let Some(load) = load_before.filter(|&l| l > 0.5) {
+        eprintln!("warning: load average {load:.2} before the run; other work on this machine skews the numbers");
+    }
+    let total = u64::from(config.reps) * config.targets.len() as u64 * requests_per_run(config.turns);
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} requests, {elapsed} {msg}").map_err(|e| e.to_string())?,
+    );
+    let mut highest_load = load_before.unwrap_or(0.0);
+    let rows = run(config, |row| {
+        bar.inc(1);
+        let ttft = row.ttft_ms.map_or(String::new(), |t| format!(" ttft {t:.0} ms"));
+        let error = if row.error.is_empty() { String::new() } else { format!(" ERROR {}", row.error) };
+        bar.set_message(format!("rep {} {} {:?}{ttft}{error}", row.rep, row.server, row.scenario));
+        if let Some(load) = load_average() {
+            highest_load = highest_load.max(load);
+        }
+    })
+    .await?;
+    bar.finish_and_clear();
+
+    let rss: Vec<(String, f64)> =
+        config.targets.iter().filter_map(|t| t.pid.and_then(peak_rss_mb).map(|mb| (t.name.clone(), mb))).collect();
+    if let Some(path) = &outputs.csv {
+        let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        write_csv(&rows, file).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &outputs.plot {
+        plot(&rows, path)?;
+    }
+    let summaries = summarize(&rows, &rss);
+    println!("{}", table(&summaries));
+    match decide(&summaries) {
+        Ok(winner) => println!("decision: {winner}"),
+        Err(none) => println!("decision: {none}"),
+    }
+    if let Some(weights) = outputs.weights {
+        for (server, score) in scores(&summaries, weights) {
+            println!("score {server}: {score:.3}");
+        }
+    }
+    if !rss.is_empty() {
+        println!("peak RSS is VmHWM from /proc; unified-memory GPUs (Apple, some APUs) keep model buffers outside it");
+    }
+    // The servers themselves load the machine: warn only beyond what one request at a time explains.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    if highest_load > cores + 1.0 {
+        println!("warning: load average reached {highest_load:.2} on {cores} CPUs; repeat on an idle machine");
+    }
+    Ok(())
+}

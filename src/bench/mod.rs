@@ -1,0 +1,283 @@
+//! `firstword bench`: the cold / warm / tool / decode / interleaved-job micro-benchmark against
+//! any OpenAI-compatible server, so users choose with data from their own machine.
+//!
+//! Per repetition every server runs every scenario in turn (A B A B …), so machine drift hits
+//! all of them equally. Each request becomes a [`Row`]; [`summarize`] and [`decide`] turn rows
+//! into the summary and the decision.
+
+mod chart;
+mod client;
+mod command;
+mod report;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+pub use chart::plot;
+pub use command::{execute, Outputs};
+pub use report::{decide, scores, summarize, table, write_csv, Row, Scenario, Spread, Summary, Weights};
+
+use client::{send, Answer};
+
+/// A server to measure.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Name in the report.
+    pub name: String,
+    /// Base URL, e.g. `http://127.0.0.1:8080` (with or without `/v1`).
+    pub url: String,
+    /// Process id, to read its peak memory.
+    pub pid: Option<u32>,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// The servers, run in turn.
+    pub targets: Vec<Target>,
+    /// The long system prompt (a per-repetition nonce is put in front of it so turn 1 is cold).
+    pub system_prompt: String,
+    /// Conversation turns, the first cold.
+    pub turns: u32,
+    /// Repetitions.
+    pub reps: u32,
+    /// `model` sent in requests.
+    pub model: String,
+    /// Tokens per conversation turn.
+    pub turn_tokens: u32,
+    /// Tokens for the decode scenarios.
+    pub decode_tokens: u32,
+    /// Per-request timeout.
+    pub timeout: Duration,
+}
+
+/// A long system prompt of roughly `tokens` tokens: varied facts, like a real one.
+#[must_use]
+pub fn synthetic_system_prompt(tokens: usize) -> String {
+    let topics = ["rivers", "mountains", "libraries", "trains", "gardens", "satellites", "bakeries", "harbors"];
+    let mut text = String::from("You are a helpful voice assistant for a smart home. Facts you know:\n");
+    let mut i = 0;
+    // Typical tokenizers take about 2.7 characters per token on this text.
+    while text.len() * 3 / 8 < tokens {
+        text.push_str(&format!(
+            "Fact {i}: the {} of region {} are known for feature {} since {}.\n",
+            topics[i % topics.len()],
+            i * 7 % 97,
+            i * 13 % 31,
+            1800 + i * 37 % 200
+        ));
+        i += 1;
+    }
+    text
+}
+
+const QUESTIONS: [&str; 6] = [
+    "Which facts mention trains? Answer in one sentence.",
+    "And gardens?",
+    "Which region has feature 3?",
+    "Summarise what you know in one line.",
+    "Anything about harbors?",
+    "Thanks. What else should I know?",
+];
+
+/// The tools of the tool scenario: an enum and an integer, as voice assistants use them.
+#[must_use]
+pub fn bench_tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                "required": ["city", "unit"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "set_timer", "description": "Start a timer",
+            "parameters": {"type": "object", "properties": {"minutes": {"type": "integer", "minimum": 1}},
+                "required": ["minutes"], "additionalProperties": false}}}
+    ])
+}
+
+/// The base URL without a trailing `/v1`.
+fn base(url: &str) -> &str {
+    let url = url.trim_end_matches('/');
+    url.strip_suffix("/v1").unwrap_or(url)
+}
+
+/// Runs every scenario for every server and repetition; `progress` is called after each
+/// request with the row. Never panics on server misbehaviour: it ends up in the rows.
+///
+/// # Errors
+/// The HTTP client cannot be built.
+pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, String> {
+    let client = reqwest::Client::builder().timeout(config.timeout).build().map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for rep in 1..=config.reps {
+        for target in &config.targets {
+            let mut bench =
+                ServerRun { config, client: &client, target, rep, rows: &mut rows, progress: &mut progress };
+            bench.all_scenarios().await;
+        }
+    }
+    Ok(rows)
+}
+
+/// One server's scenarios in one repetition.
+struct ServerRun<'a, P> {
+    config: &'a BenchConfig,
+    client: &'a reqwest::Client,
+    target: &'a Target,
+    rep: u32,
+    rows: &'a mut Vec<Row>,
+    progress: &'a mut P,
+}
+
+impl<P: FnMut(&Row)> ServerRun<'_, P> {
+    async fn request(&mut self, mut row: Row, body: Value) -> Answer {
+        let answer = send(self.client, base(&self.target.url), &body, &mut row).await;
+        (self.progress)(&row);
+        self.rows.push(row);
+        answer
+    }
+
+    fn body(&self, messages: &[Value], max_tokens: u32, stream: bool) -> Value {
+        json!({"model": self.config.model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+            "stream": stream, "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null }})
+    }
+
+    fn row(&self, scenario: Scenario, turn: u32) -> Row {
+        Row::new(&self.target.name, self.rep, scenario, turn)
+    }
+
+    /// A (cold), B (warm), E (interleaved job), D (decode), C (tool), in an order where each
+    /// measures what it claims: the conversation first (its turn 1 is the only cold one), the
+    /// interleaved job between two of its turns, then the scenarios that share only the system
+    /// prompt with it (decode after the long prompt, the tool calls), and last the short-prompt
+    /// decode, which shares nothing.
+    async fn all_scenarios(&mut self) {
+        let nonce = format!("Session {}-{}-{}.\n", self.rep, self.target.name, std::process::id());
+        let system = nonce + &self.config.system_prompt;
+        let mut messages = vec![json!({"role": "system", "content": system})];
+        for turn in 1..=self.config.turns {
+            let scenario = if turn == 1 { Scenario::Cold } else { Scenario::Warm };
+            messages.push(json!({"role": "user", "content": QUESTIONS[(turn as usize - 1) % QUESTIONS.len()]}));
+            let body = self.body(&messages, self.config.turn_tokens, true);
+            let answer = self.request(self.row(scenario, turn), body).await;
+            messages.push(json!({"role": "assistant", "content": answer.content}));
+        }
+
+        let job = [
+            json!({"role": "system", "content": "You summarize documents in three sentences."}),
+            json!({"role": "user", "content": format!("Summarize:\n{}", synthetic_system_prompt(600))}),
+        ];
+        let body = self.body(&job, self.config.turn_tokens, false);
+        self.request(self.row(Scenario::InterleavedJob, 0), body).await;
+        messages.push(json!({"role": "user", "content": "Back to us: which facts mention bakeries?"}));
+        let body = self.body(&messages, self.config.turn_tokens, true);
+        self.request(self.row(Scenario::AfterInterleave, self.config.turns + 1), body).await;
+
+        let story = json!({"role": "user", "content": "Write a long story about a dragon who learns to bake."});
+        let body = self.body(&[messages[0].clone(), story.clone()], self.config.decode_tokens, true);
+        self.request(self.row(Scenario::DecodeLong, 0), body).await;
+        self.tool_scenario(&messages[0]).await;
+        let body = self.body(&[story], self.config.decode_tokens, true);
+        self.request(self.row(Scenario::DecodeShort, 0), body).await;
+    }
+
+    /// C: a forced call streamed and not, then the follow-up with the call and its result.
+    async fn tool_scenario(&mut self, system: &Value) {
+        let tools = bench_tools();
+        let messages =
+            vec![system.clone(), json!({"role": "user", "content": "What's the weather in Paris, in celsius?"})];
+        let with_tools = |mut body: Value, choice: &str| {
+            body["tools"] = tools.clone();
+            body["tool_choice"] = json!(choice);
+            body
+        };
+        let body = with_tools(self.body(&messages, 96, true), "required");
+        let mut row = self.row(Scenario::ToolStream, 0);
+        let answer = send(self.client, base(&self.target.url), &body, &mut row).await;
+        if row.error.is_empty() {
+            row.error = check_tool_answer(&answer, true).err().unwrap_or_default();
+        }
+        (self.progress)(&row);
+        self.rows.push(row);
+
+        let body = with_tools(self.body(&messages, 96, false), "required");
+        let mut row = self.row(Scenario::ToolNonStream, 0);
+        let answer = send(self.client, base(&self.target.url), &body, &mut row).await;
+        if row.error.is_empty() {
+            row.error = check_tool_answer(&answer, false).err().unwrap_or_default();
+        }
+        let follow_up = answer.message.filter(|_| row.error.is_empty());
+        (self.progress)(&row);
+        self.rows.push(row);
+
+        let mut row = self.row(Scenario::ToolFollowUp, 0);
+        let Some(message) = follow_up else {
+            row.error = "skipped: no tool call to follow up".into();
+            (self.progress)(&row);
+            self.rows.push(row);
+            return;
+        };
+        let id = message["tool_calls"][0]["id"].as_str().unwrap_or("call_0").to_string();
+        let mut history = messages;
+        history.push(message);
+        history
+            .push(json!({"role": "tool", "tool_call_id": id, "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}));
+        let body = with_tools(self.body(&history, 48, true), "auto");
+        let answer = send(self.client, base(&self.target.url), &body, &mut row).await;
+        if row.error.is_empty() && answer.content.trim().is_empty() && answer.calls.is_empty() {
+            row.error = "the follow-up after the tool result was not answered".into();
+        }
+        (self.progress)(&row);
+        self.rows.push(row);
+    }
+}
+
+/// The tool check: structured calls with a declared name and schema-valid arguments, and
+/// `finish_reason: "tool_calls"`; otherwise the reason it failed.
+fn check_tool_answer(answer: &Answer, streamed: bool) -> Result<(), String> {
+    if answer.calls.is_empty() {
+        let content = answer.content.trim();
+        if content.contains("\"name\"") || content.contains("<tool_call>") || content.starts_with('{') {
+            return Err("tool call came back as JSON in content".into());
+        }
+        return Err(format!("no tool_calls; finish_reason {}", answer.finish_reason.as_deref().unwrap_or("missing")));
+    }
+    let tools = bench_tools();
+    for call in &answer.calls {
+        if call.repeated_header > 0 {
+            return Err(format!("id or name of {:?} sent more than once (clients concatenate them)", call.name));
+        }
+        let schema = tools
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| t["function"]["name"] == call.name.as_str())
+            .map(|t| t["function"]["parameters"].clone())
+            .ok_or_else(|| format!("called an undeclared function {:?}", call.name))?;
+        let arguments: Value = serde_json::from_str(&call.arguments)
+            .map_err(|_| format!("arguments of {} are not valid JSON: {}", call.name, call.arguments))?;
+        let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
+        validator.validate(&arguments).map_err(|e| format!("arguments of {} break the schema: {e}", call.name))?;
+    }
+    match answer.finish_reason.as_deref() {
+        Some("tool_calls") => Ok(()),
+        other => {
+            Err(format!("finish_reason {other:?}, expected \"tool_calls\"{}", if streamed { " (stream)" } else { "" }))
+        }
+    }
+}
+
+/// Peak resident memory of a process (VmHWM), MB; Linux only.
+#[must_use]
+pub fn peak_rss_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// The 1-minute load average (Linux), to warn about a busy machine.
+#[must_use]
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}

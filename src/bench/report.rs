@@ -1,0 +1,433 @@
+//! Rows, per-server summaries, the decision rule and the optional weighted score.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+/// Which measurement a row belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scenario {
+    /// A: the first request of a session with the long system prompt.
+    Cold,
+    /// B: turns 2.. of the same conversation, history resent.
+    Warm,
+    /// C: a streamed forced tool call.
+    ToolStream,
+    /// C: the same, not streamed.
+    ToolNonStream,
+    /// C: the follow-up with the assistant's calls and a tool result.
+    ToolFollowUp,
+    /// D: decode speed with a short prompt.
+    DecodeShort,
+    /// D: decode speed after the long prompt.
+    DecodeLong,
+    /// E: a summarization with another system prompt, between two turns.
+    InterleavedJob,
+    /// E: the conversation's next turn after that job.
+    AfterInterleave,
+}
+
+/// One request's measurements: one CSV row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    /// Server name.
+    pub server: String,
+    /// Repetition, from 1.
+    pub rep: u32,
+    /// Scenario.
+    pub scenario: Scenario,
+    /// Conversation turn (1 = cold), 0 where not a turn.
+    pub turn: u32,
+    /// Request sent → first delta with content or tool calls.
+    pub ttft_ms: Option<f64>,
+    /// Request sent → the first sentence is complete (`.`, `!` or `?` then space or end).
+    pub first_sentence_ms: Option<f64>,
+    /// Request sent → response complete.
+    pub total_ms: Option<f64>,
+    /// From the server's usage, when reported.
+    pub prompt_tokens: Option<u64>,
+    /// From `usage.prompt_tokens_details.cached_tokens`, when reported.
+    pub cached_tokens: Option<u64>,
+    /// From usage, or counted deltas.
+    pub completion_tokens: Option<u64>,
+    /// Generated tokens per second after the first.
+    pub decode_tok_s: Option<f64>,
+    /// HTTP status (0: no answer).
+    pub http_status: u16,
+    /// Why the request failed or the check did not pass; empty when fine.
+    pub error: String,
+}
+
+impl Row {
+    /// A row for `server`/`rep`/`scenario`/`turn` with nothing measured yet.
+    #[must_use]
+    pub fn new(server: &str, rep: u32, scenario: Scenario, turn: u32) -> Self {
+        Self {
+            server: server.to_string(),
+            rep,
+            scenario,
+            turn,
+            ttft_ms: None,
+            first_sentence_ms: None,
+            total_ms: None,
+            prompt_tokens: None,
+            cached_tokens: None,
+            completion_tokens: None,
+            decode_tok_s: None,
+            http_status: 0,
+            error: String::new(),
+        }
+    }
+
+    fn ok(&self) -> bool {
+        self.error.is_empty()
+    }
+}
+
+/// Writes the rows as CSV (header first).
+///
+/// # Errors
+/// Writing failed.
+pub fn write_csv(rows: &[Row], out: impl Write) -> Result<(), csv::Error> {
+    let mut writer = csv::Writer::from_writer(out);
+    for row in rows {
+        writer.serialize(row)?;
+    }
+    writer.flush()?;
+    Ok(())
+}
+
+/// Median and range of some values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    /// The median (upper median for even counts).
+    pub median: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(values: &[f64]) -> Option<Self> {
+        let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        sorted.sort_by(f64::total_cmp);
+        Some(Self { median: *sorted.get(sorted.len() / 2)?, min: *sorted.first()?, max: *sorted.last()? })
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.1} ({:.1}–{:.1})", self.median, self.min, self.max)
+    }
+}
+
+/// One server's results over all repetitions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Server name.
+    pub server: String,
+    /// Cold TTFT, ms.
+    pub cold_ttft: Option<Spread>,
+    /// Mean warm TTFT (turns 2..), ms: the decision's main criterion.
+    pub warm_ttft_mean: Option<f64>,
+    /// Warm TTFT over all warm turns, ms.
+    pub warm_ttft: Option<Spread>,
+    /// Time to the first sentence on warm turns, ms.
+    pub warm_first_sentence: Option<Spread>,
+    /// Repetitions whose three tool checks all passed, of all repetitions.
+    pub tool_passes: (u32, u32),
+    /// The first tool failure's reason, if any.
+    pub tool_failure: Option<String>,
+    /// Decode tok/s with a short prompt.
+    pub decode_short: Option<Spread>,
+    /// Decode tok/s after the long prompt.
+    pub decode_long: Option<Spread>,
+    /// TTFT of the turn after an interleaved job, ms.
+    pub after_interleave_ttft: Option<Spread>,
+    /// Requests that failed (HTTP or protocol errors, not tool-check failures).
+    pub errors: usize,
+    /// Peak resident memory (VmHWM), MB, when a PID was given.
+    pub peak_rss_mb: Option<f64>,
+}
+
+impl Summary {
+    /// Tool pass rate, 0..1.
+    #[must_use]
+    pub fn tool_pass_rate(&self) -> f64 {
+        let (passed, total) = self.tool_passes;
+        if total == 0 {
+            0.0
+        } else {
+            f64::from(passed) / f64::from(total)
+        }
+    }
+
+    /// Whether every repetition's tool checks passed.
+    #[must_use]
+    pub fn tool_pass(&self) -> bool {
+        self.tool_passes.1 > 0 && self.tool_passes.0 == self.tool_passes.1
+    }
+}
+
+/// Summarizes the rows of each server, in the order servers first appear.
+#[must_use]
+pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
+    let mut servers: Vec<&str> = Vec::new();
+    for row in rows {
+        if !servers.contains(&row.server.as_str()) {
+            servers.push(&row.server);
+        }
+    }
+    servers
+        .into_iter()
+        .map(|server| {
+            let mine: Vec<&Row> = rows.iter().filter(|r| r.server == server).collect();
+            let values = |scenario: Scenario, field: fn(&Row) -> Option<f64>| -> Vec<f64> {
+                mine.iter().filter(|r| r.scenario == scenario && r.ok()).filter_map(|r| field(r)).collect()
+            };
+            let warm = values(Scenario::Warm, |r| r.ttft_ms);
+            let reps: Vec<u32> = {
+                let mut reps: Vec<u32> = mine.iter().map(|r| r.rep).collect();
+                reps.dedup();
+                reps
+            };
+            let tool_rows = |rep: u32| {
+                mine.iter().filter(move |r| {
+                    r.rep == rep
+                        && matches!(r.scenario, Scenario::ToolStream | Scenario::ToolNonStream | Scenario::ToolFollowUp)
+                })
+            };
+            let passed =
+                reps.iter().filter(|&&rep| tool_rows(rep).count() == 3 && tool_rows(rep).all(|r| r.ok())).count();
+            let tool_failure = mine
+                .iter()
+                .find(|r| {
+                    matches!(r.scenario, Scenario::ToolStream | Scenario::ToolNonStream | Scenario::ToolFollowUp)
+                        && !r.ok()
+                })
+                .map(|r| format!("{:?}: {}", r.scenario, r.error));
+            Summary {
+                server: server.to_string(),
+                cold_ttft: Spread::of(&values(Scenario::Cold, |r| r.ttft_ms)),
+                warm_ttft_mean: (!warm.is_empty()).then(|| warm.iter().sum::<f64>() / warm.len() as f64),
+                warm_ttft: Spread::of(&warm),
+                warm_first_sentence: Spread::of(&values(Scenario::Warm, |r| r.first_sentence_ms)),
+                tool_passes: (passed as u32, reps.len() as u32),
+                tool_failure,
+                decode_short: Spread::of(&values(Scenario::DecodeShort, |r| r.decode_tok_s)),
+                decode_long: Spread::of(&values(Scenario::DecodeLong, |r| r.decode_tok_s)),
+                after_interleave_ttft: Spread::of(&values(Scenario::AfterInterleave, |r| r.ttft_ms)),
+                errors: mine
+                    .iter()
+                    .filter(|r| {
+                        !r.ok()
+                            && !matches!(
+                                r.scenario,
+                                Scenario::ToolStream | Scenario::ToolNonStream | Scenario::ToolFollowUp
+                            )
+                    })
+                    .count(),
+                peak_rss_mb: peak_rss_mb.iter().find(|(name, _)| name == server).map(|(_, mb)| *mb),
+            }
+        })
+        .collect()
+}
+
+/// The decision rule: a server must pass the tool check; among those, the lowest mean warm
+/// TTFT wins; servers within 5% of it are tie-broken on cold TTFT.
+///
+/// # Errors
+/// No server passed the tool check: there is no decision.
+pub fn decide(summaries: &[Summary]) -> Result<String, String> {
+    let passing: Vec<&Summary> = summaries.iter().filter(|s| s.tool_pass() && s.warm_ttft_mean.is_some()).collect();
+    let best_warm = passing
+        .iter()
+        .filter_map(|s| s.warm_ttft_mean)
+        .min_by(f64::total_cmp)
+        .ok_or_else(|| "no server passed the tool check; no decision".to_string())?;
+    let close: Vec<&&Summary> =
+        passing.iter().filter(|s| s.warm_ttft_mean.is_some_and(|w| w <= best_warm * 1.05)).collect();
+    let winner = close
+        .iter()
+        .min_by(|a, b| {
+            let cold = |s: &Summary| s.cold_ttft.map_or(f64::INFINITY, |c| c.median);
+            cold(a).total_cmp(&cold(b))
+        })
+        .ok_or_else(|| "no decision".to_string())?;
+    let why = if close.len() > 1 {
+        "passes the tool check; warm TTFT within 5% of the best, lowest cold TTFT"
+    } else {
+        "passes the tool check; lowest mean warm TTFT"
+    };
+    Ok(format!("{} ({why})", winner.server))
+}
+
+/// Weights of the optional score.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Weights {
+    /// Tool pass rate.
+    pub quality: f64,
+    /// Decode speed after the long prompt, relative to the fastest.
+    pub decode: f64,
+    /// Warm TTFT, relative to the lowest.
+    pub ttft: f64,
+    /// Peak RSS, relative to the lowest.
+    pub rss: f64,
+}
+
+impl std::str::FromStr for Weights {
+    type Err = String;
+
+    /// `quality=0.4,decode=0.25,ttft=0.2,rss=0.15` (missing ones are 0).
+    fn from_str(text: &str) -> Result<Self, String> {
+        let mut weights = Self { quality: 0.0, decode: 0.0, ttft: 0.0, rss: 0.0 };
+        for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+            let (key, value) = part.split_once('=').ok_or_else(|| format!("expected key=value, got {part:?}"))?;
+            let value: f64 = value.trim().parse().map_err(|_| format!("{key}: not a number: {value:?}"))?;
+            match key.trim() {
+                "quality" => weights.quality = value,
+                "decode" => weights.decode = value,
+                "ttft" => weights.ttft = value,
+                "rss" => weights.rss = value,
+                other => return Err(format!("unknown weight {other:?}; use quality, decode, ttft, rss")),
+            }
+        }
+        Ok(weights)
+    }
+}
+
+/// Weighted scores (0..1 per criterion, each relative to the best server), per server.
+#[must_use]
+pub fn scores(summaries: &[Summary], weights: Weights) -> Vec<(String, f64)> {
+    let best = |values: Vec<Option<f64>>, lower_is_better: bool| {
+        let known = values.into_iter().flatten();
+        if lower_is_better {
+            known.min_by(f64::total_cmp)
+        } else {
+            known.max_by(f64::total_cmp)
+        }
+    };
+    let fastest = best(summaries.iter().map(|s| s.decode_long.map(|d| d.median)).collect(), false);
+    let quickest = best(summaries.iter().map(|s| s.warm_ttft_mean).collect(), true);
+    let smallest = best(summaries.iter().map(|s| s.peak_rss_mb).collect(), true);
+    summaries
+        .iter()
+        .map(|s| {
+            let ratio = |value: Option<f64>, best: Option<f64>, lower: bool| match (value, best) {
+                (Some(v), Some(b)) if v > 0.0 && b > 0.0 => {
+                    if lower {
+                        b / v
+                    } else {
+                        v / b
+                    }
+                }
+                _ => 0.0,
+            };
+            let score = weights.quality * s.tool_pass_rate()
+                + weights.decode * ratio(s.decode_long.map(|d| d.median), fastest, false)
+                + weights.ttft * ratio(s.warm_ttft_mean, quickest, true)
+                + weights.rss * ratio(s.peak_rss_mb, smallest, true);
+            (s.server.clone(), score)
+        })
+        .collect()
+}
+
+/// The summary table, as printed on stdout.
+#[must_use]
+pub fn table(summaries: &[Summary]) -> String {
+    let show = |v: Option<Spread>| v.map_or("-".to_string(), |s| s.to_string());
+    let mut out = String::from(
+        "server | cold TTFT ms | warm TTFT ms (mean) | warm TTFT ms | warm first sentence ms | tool | decode short tok/s | decode long tok/s | TTFT after interleaved job ms | errors | peak RSS MB\n",
+    );
+    for s in summaries {
+        let tool =
+            if s.tool_pass() { "PASS".to_string() } else { format!("FAIL {}/{}", s.tool_passes.0, s.tool_passes.1) };
+        out.push_str(&format!(
+            "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}\n",
+            s.server,
+            show(s.cold_ttft),
+            s.warm_ttft_mean.map_or("-".into(), |w| format!("{w:.1}")),
+            show(s.warm_ttft),
+            show(s.warm_first_sentence),
+            tool,
+            show(s.decode_short),
+            show(s.decode_long),
+            show(s.after_interleave_ttft),
+            s.errors,
+            s.peak_rss_mb.map_or("-".into(), |m| format!("{m:.0}")),
+        ));
+        if let Some(reason) = &s.tool_failure {
+            out.push_str(&format!("  {} tool check: {reason}\n", s.server));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(server: &str, rep: u32, scenario: Scenario, turn: u32, ttft: f64) -> Row {
+        Row { ttft_ms: Some(ttft), http_status: 200, ..Row::new(server, rep, scenario, turn) }
+    }
+
+    fn rows(server: &str, cold: f64, warm: f64, tool_ok: bool) -> Vec<Row> {
+        let mut rows = vec![row(server, 1, Scenario::Cold, 1, cold), row(server, 1, Scenario::Warm, 2, warm)];
+        for scenario in [Scenario::ToolStream, Scenario::ToolNonStream, Scenario::ToolFollowUp] {
+            let mut r = row(server, 1, scenario, 0, 10.0);
+            if !tool_ok && scenario == Scenario::ToolStream {
+                r.error = "tool call came back as JSON in content".into();
+            }
+            rows.push(r);
+        }
+        rows
+    }
+
+    #[test]
+    fn csv_has_the_documented_columns() {
+        let mut out = Vec::new();
+        write_csv(&rows("a", 1.0, 2.0, true), &mut out).expect("csv");
+        let text = String::from_utf8(out).expect("utf8");
+        assert_eq!(
+            text.lines().next(),
+            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,http_status,error")
+        );
+        assert!(text.contains("a,1,cold,1,1.0,,,,,,,200,"), "{text}");
+    }
+
+    #[test]
+    fn the_tool_check_comes_first_then_warm_ttft() {
+        let all = [rows("fast-but-broken", 100.0, 10.0, false), rows("slower", 200.0, 50.0, true)].concat();
+        let summaries = summarize(&all, &[]);
+        assert!(!summaries[0].tool_pass());
+        assert_eq!(summaries[0].tool_failure.as_deref(), Some("ToolStream: tool call came back as JSON in content"));
+        assert!(decide(&summaries).expect("decision").starts_with("slower "));
+    }
+
+    #[test]
+    fn warm_ttft_within_five_percent_is_decided_on_cold_ttft() {
+        let all =
+            [rows("a", 900.0, 100.0, true), rows("b", 500.0, 104.0, true), rows("c", 100.0, 200.0, true)].concat();
+        let decision = decide(&summarize(&all, &[])).expect("decision");
+        assert!(decision.starts_with("b "), "{decision}");
+        let clear = [rows("a", 900.0, 100.0, true), rows("b", 500.0, 110.0, true)].concat();
+        assert!(decide(&summarize(&clear, &[])).expect("decision").starts_with("a "));
+    }
+
+    #[test]
+    fn no_passing_server_means_no_decision() {
+        assert!(decide(&summarize(&rows("a", 1.0, 1.0, false), &[])).is_err());
+    }
+
+    #[test]
+    fn weights_parse_and_score_relative_to_the_best() {
+        let weights: Weights = "quality=0.4,decode=0.25,ttft=0.2,rss=0.15".parse().expect("weights");
+        assert!("speed=1".parse::<Weights>().is_err());
+        let all = [rows("a", 1.0, 100.0, true), rows("b", 1.0, 200.0, false)].concat();
+        let scores = scores(&summarize(&all, &[("a".into(), 300.0), ("b".into(), 150.0)]), weights);
+        assert!((scores[0].1 - (0.4 + 0.2 + 0.15 * 0.5)).abs() < 1e-9, "{scores:?}");
+        assert!((scores[1].1 - (0.2 * 0.5 + 0.15)).abs() < 1e-9, "{scores:?}");
+    }
+}

@@ -1,0 +1,119 @@
+//! `firstword bench` against a live firstword on the real model (every scenario measured, tool
+//! check PASS) and against a mock server that answers wrongly (FAIL with the reason, errors
+//! counted, no crash).
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use common::exclusive_server;
+use firstword::bench::{decide, run, summarize, BenchConfig, Row, Scenario, Target};
+use serde_json::{json, Value};
+
+fn config(url: String, name: &str) -> BenchConfig {
+    BenchConfig {
+        targets: vec![Target { name: name.into(), url, pid: None }],
+        system_prompt: firstword::bench::synthetic_system_prompt(300),
+        turns: 3,
+        reps: 1,
+        model: "default".into(),
+        turn_tokens: 16,
+        decode_tokens: 32,
+        timeout: Duration::from_secs(300),
+    }
+}
+
+fn scenario_rows(rows: &[Row], scenario: Scenario) -> Vec<&Row> {
+    rows.iter().filter(|r| r.scenario == scenario).collect()
+}
+
+#[tokio::test]
+async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
+    let (_guard, server) = exclusive_server().await;
+    let rows = run(&config(format!("{}/v1", server.base), "firstword"), |_| {}).await.expect("bench runs");
+    for scenario in [
+        Scenario::Cold,
+        Scenario::Warm,
+        Scenario::ToolStream,
+        Scenario::ToolNonStream,
+        Scenario::ToolFollowUp,
+        Scenario::DecodeShort,
+        Scenario::DecodeLong,
+        Scenario::InterleavedJob,
+        Scenario::AfterInterleave,
+    ] {
+        let found = scenario_rows(&rows, scenario);
+        assert!(!found.is_empty(), "no {scenario:?} row");
+        for row in found {
+            assert_eq!(row.error, "", "{row:?}");
+            assert_eq!(row.http_status, 200, "{row:?}");
+            assert!(row.ttft_ms.is_some_and(|t| t > 0.0), "{row:?}");
+        }
+    }
+    assert_eq!(scenario_rows(&rows, Scenario::Warm).len(), 2);
+    let warm = scenario_rows(&rows, Scenario::Warm);
+    assert!(warm.iter().all(|r| r.cached_tokens.unwrap_or(0) > 300), "warm turns are served from the cache: {warm:?}");
+    assert!(scenario_rows(&rows, Scenario::DecodeShort)[0].decode_tok_s.is_some_and(|d| d > 0.0));
+    let summaries = summarize(&rows, &[]);
+    assert!(summaries[0].tool_pass(), "{:?}", summaries[0].tool_failure);
+    assert!(decide(&summaries).expect("a decision").starts_with("firstword"));
+}
+
+/// A server that gets things wrong the ways peers do.
+async fn wrong_answers(State(calls): State<Arc<AtomicUsize>>, Json(body): Json<Value>) -> Response {
+    let n = calls.fetch_add(1, Ordering::SeqCst);
+    if n == 1 {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response();
+    }
+    let text = if body.get("tools").is_some() {
+        r#"{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}"#
+    } else {
+        "Fine. Thanks for asking."
+    };
+    if body["stream"] == true {
+        // No usage, no role chunk: only content deltas and [DONE].
+        let chunk = json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]});
+        let sse = format!("data: {chunk}\n\ndata: [DONE]\n\n");
+        return ([("content-type", "text/event-stream")], sse).into_response();
+    }
+    Json(json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}))
+        .into_response()
+}
+
+#[tokio::test]
+async fn a_wrong_server_fails_with_reasons_and_counted_errors() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = Router::new().route("/v1/chat/completions", post(wrong_answers)).with_state(calls);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let rows = run(&config(format!("http://{address}"), "mock"), |_| {}).await.expect("bench runs");
+    let failed_turn = rows.iter().find(|r| r.http_status == 500).expect("the HTTP 500 is recorded");
+    assert!(failed_turn.error.starts_with("HTTP 500"), "{failed_turn:?}");
+    let tool = scenario_rows(&rows, Scenario::ToolStream)[0];
+    assert_eq!(tool.error, "tool call came back as JSON in content");
+    assert_eq!(scenario_rows(&rows, Scenario::ToolNonStream)[0].error, "tool call came back as JSON in content");
+    assert!(scenario_rows(&rows, Scenario::ToolFollowUp)[0].error.starts_with("skipped"));
+    assert!(scenario_rows(&rows, Scenario::Cold)[0].prompt_tokens.is_none(), "no usage was sent");
+
+    let summaries = summarize(&rows, &[]);
+    assert_eq!(summaries[0].errors, 1);
+    assert!(!summaries[0].tool_pass());
+    assert!(decide(&summaries).is_err(), "no server passed: no decision");
+
+    // Unreachable: every request is an error row, nothing panics.
+    let gone = run(&config("http://127.0.0.1:9".into(), "gone"), |_| {}).await.expect("bench runs");
+    assert!(
+        gone.iter()
+            .all(|r| r.http_status == 0 && (r.error.starts_with("unreachable") || r.error.starts_with("skipped"))),
+        "{gone:?}"
+    );
+}
