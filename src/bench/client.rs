@@ -102,6 +102,7 @@ async fn exchange(
     let (mut first, mut last) = (None, None);
     let mut deltas = 0u64;
     let mut done = false;
+    let mut finished_at = None;
     while let Some(chunk) = response.chunk().await.map_err(|e| format!("stream broke: {e}"))? {
         buffer.push_str(&String::from_utf8_lossy(&chunk));
         while let Some(end) = buffer.find("\n\n") {
@@ -120,6 +121,7 @@ async fn exchange(
             let Some(choice) = value["choices"].get(0) else { continue };
             if let Some(reason) = choice["finish_reason"].as_str() {
                 answer.finish_reason = Some(reason.to_string());
+                finished_at.get_or_insert(start.elapsed());
             }
             let delta = &choice["delta"];
             let content = delta["content"].as_str().unwrap_or_default();
@@ -145,7 +147,9 @@ async fn exchange(
     if !done {
         return Err("the stream ended without [DONE]".into());
     }
-    let first = first.ok_or("no content or tool call was streamed")?;
+    // An empty reply (the model ended its turn at once) is an answer too: its first token is
+    // the end.
+    let first = first.or(finished_at).ok_or("neither content, tool calls nor a finish_reason was streamed")?;
     row.ttft_ms = Some(ms(first));
     if row.first_sentence_ms.is_none() && ends_sentence(answer.content.trim_end()) {
         row.first_sentence_ms = last.map(ms);

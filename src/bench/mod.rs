@@ -107,7 +107,13 @@ fn base(url: &str) -> &str {
 /// # Errors
 /// The HTTP client cannot be built.
 pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, String> {
-    let client = reqwest::Client::builder().timeout(config.timeout).build().map_err(|e| e.to_string())?;
+    // A fresh connection per request, for every server alike: a pooled keep-alive connection
+    // that the server closed while idle fails the next request on the client's side.
+    let client = reqwest::Client::builder()
+        .timeout(config.timeout)
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     for rep in 1..=config.reps {
         for target in &config.targets {
@@ -186,9 +192,11 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         let tools = bench_tools();
         let messages =
             vec![system.clone(), json!({"role": "user", "content": "What's the weather in Paris, in celsius?"})];
+        // One question, one call: a voice command wants one action, not a list of guesses.
         let with_tools = |mut body: Value, choice: &str| {
             body["tools"] = tools.clone();
             body["tool_choice"] = json!(choice);
+            body["parallel_tool_calls"] = json!(false);
             body
         };
         let body = with_tools(self.body(&messages, 96, true), "required");
