@@ -34,14 +34,25 @@ fn ttft_by_turn(rows: &[Row], server: &str) -> Vec<(u32, f64)> {
         .collect()
 }
 
+/// Checks that the chart can be written to `path` (SVG only: PNG text rendering would need
+/// system fonts).
+///
+/// # Errors
+/// Not an `.svg` path.
+pub fn check_plot_path(path: &Path) -> Result<(), String> {
+    if path.extension().and_then(|e| e.to_str()) == Some("svg") {
+        Ok(())
+    } else {
+        Err(format!("{}: the chart is written as SVG; use a .svg path", path.display()))
+    }
+}
+
 /// Draws the chart as SVG.
 ///
 /// # Errors
 /// Not an `.svg` path, nothing to draw, or the file cannot be written.
 pub fn plot(rows: &[Row], path: &Path) -> Result<(), String> {
-    if path.extension().and_then(|e| e.to_str()) != Some("svg") {
-        return Err(format!("{}: the chart is written as SVG; use a .svg path", path.display()));
-    }
+    check_plot_path(path)?;
     let mut servers: Vec<&str> = Vec::new();
     for row in rows {
         if !servers.contains(&row.server.as_str()) {

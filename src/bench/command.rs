@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{decide, load_average, peak_rss_mb, plot, run, scores, summarize, table, write_csv, BenchConfig, Weights};
+use super::{
+    check_plot_path, decide, load_average, peak_rss_mb, plot, run, scores, summarize, table, write_csv, BenchConfig,
+    Weights,
+};
 
 /// Requests per server and repetition: the turns, the interleaved job and the turn after it,
 /// two decode runs, three tool checks.
@@ -43,6 +46,9 @@ pub struct Outputs {
 pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), String> {
     if config.targets.is_empty() {
         return Err("give at least one --url".into());
+    }
+    if let Some(path) = &outputs.plot {
+        check_plot_path(path)?;
     }
     check_reachable(config).await?;
     let load_before = load_average();

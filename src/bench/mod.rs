@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-pub use chart::plot;
+pub use chart::{check_plot_path, plot};
 pub use command::{execute, Outputs};
 pub use report::{decide, scores, summarize, table, write_csv, Row, Scenario, Spread, Summary, Weights};
 
