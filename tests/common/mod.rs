@@ -54,21 +54,7 @@ pub async fn exclusive_server() -> (tokio::sync::MutexGuard<'static, ()>, &'stat
 
 /// A long system prompt of roughly `approx_tokens` tokens (varied text, like a real one).
 pub fn long_system_prompt(approx_tokens: usize) -> String {
-    let topics = ["rivers", "mountains", "libraries", "trains", "gardens", "satellites", "bakeries", "harbors"];
-    let mut text = String::from("You are a helpful voice assistant for a smart home. Facts you know:\n");
-    let mut i = 0;
-    // SmolLM2 and Gemma tokenize this text at about 2.7 characters per token.
-    while text.len() * 3 / 8 < approx_tokens {
-        let topic = topics[i % topics.len()];
-        text.push_str(&format!(
-            "Fact {i}: the {topic} of region {} are known for feature {} since {}.\n",
-            i * 7 % 97,
-            i * 13 % 31,
-            1800 + i * 37 % 200
-        ));
-        i += 1;
-    }
-    text
+    firstword::bench::synthetic_system_prompt(approx_tokens)
 }
 
 /// One parsed SSE `data:` payload.

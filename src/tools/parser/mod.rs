@@ -2,6 +2,12 @@
 //! certain. Markers never reach the content; a call's name is reported the moment it is known
 //! and its arguments as they are written.
 
+mod gemma_call;
+mod json_call;
+
+use gemma_call::GemmaCall;
+use json_call::JsonCall;
+
 use super::format::{Body, Layout, ToolFormat, PYTHON_TAG};
 
 /// A piece of parsed output, in output order.
@@ -246,7 +252,7 @@ impl ToolCallParser {
 
 /// Length of the longest end of `text` that is a proper beginning of `marker`: text that may
 /// still turn into the marker.
-fn partial_suffix(text: &str, marker: &str) -> usize {
+pub(super) fn partial_suffix(text: &str, marker: &str) -> usize {
     (1..marker.len().min(text.len() + 1))
         .rev()
         .find(|&n| text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..]))
@@ -255,7 +261,7 @@ fn partial_suffix(text: &str, marker: &str) -> usize {
 
 /// What a call scanner found.
 #[derive(Debug, PartialEq, Eq)]
-enum ScanEvent {
+pub(super) enum ScanEvent {
     Name(String),
     Arguments(String),
 }
@@ -277,367 +283,25 @@ impl CallScanner {
 
     fn is_done(&self) -> bool {
         match self {
-            Self::Json(call) => call.stage == JsonStage::Done,
-            Self::Gemma(call) => call.stage == GemmaStage::Done,
+            Self::Json(call) => call.is_done(),
+            Self::Gemma(call) => call.is_done(),
         }
     }
 
     fn failed(&self) -> bool {
         match self {
-            Self::Json(call) => call.stage == JsonStage::Failed,
+            Self::Json(call) => call.failed(),
             Self::Gemma(_) => false,
         }
     }
 }
 
-/// Where a JSON call object scan is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum JsonStage {
-    Open,
-    KeyOrEnd,
-    Key,
-    Colon,
-    ValueStart,
-    NameString,
-    Value,
-    AfterValue,
-    Done,
-    Failed,
-}
-
-/// Scans `{"name": "…", "arguments": {…}}` (keys in any order, others skipped), streaming the
-/// arguments' text. Arguments written before the name are held until the name is known.
-#[derive(Debug)]
-struct JsonCall {
-    args_key: &'static str,
-    stage: JsonStage,
-    /// Raw text of the key or name string being read, quotes included.
-    raw: String,
-    escaped: bool,
-    key: String,
-    value: ValueScan,
-    name_known: bool,
-    early_arguments: String,
-}
-
-impl JsonCall {
-    fn new(args_key: &'static str) -> Self {
-        Self {
-            args_key,
-            stage: JsonStage::Open,
-            raw: String::new(),
-            escaped: false,
-            key: String::new(),
-            value: ValueScan::default(),
-            name_known: false,
-            early_arguments: String::new(),
-        }
-    }
-
-    fn feed(&mut self, input: &str, events: &mut Vec<ScanEvent>) -> usize {
-        let mut arguments = String::new();
-        for (at, c) in input.char_indices() {
-            if matches!(self.stage, JsonStage::Done | JsonStage::Failed) {
-                flush(&mut arguments, events);
-                return at;
-            }
-            self.step(c, &mut arguments, events);
-        }
-        flush(&mut arguments, events);
-        input.len()
-    }
-
-    fn step(&mut self, c: char, arguments: &mut String, events: &mut Vec<ScanEvent>) {
-        use JsonStage as S;
-        match self.stage {
-            _ if c.is_whitespace()
-                && matches!(self.stage, S::Open | S::KeyOrEnd | S::Colon | S::ValueStart | S::AfterValue) => {}
-            S::Open => self.stage = if c == '{' { S::KeyOrEnd } else { S::Failed },
-            S::KeyOrEnd => match c {
-                '"' => self.start_string(S::Key),
-                '}' => self.stage = S::Done,
-                _ => self.stage = S::Failed,
-            },
-            S::Key | S::NameString => {
-                if !self.string_char(c) {
-                    return;
-                }
-                let text: String = serde_json::from_str(&self.raw).unwrap_or_default();
-                if self.stage == S::Key {
-                    self.key = text;
-                    self.stage = S::Colon;
-                } else {
-                    flush(arguments, events);
-                    events.push(ScanEvent::Name(text));
-                    self.name_known = true;
-                    if !self.early_arguments.is_empty() {
-                        events.push(ScanEvent::Arguments(std::mem::take(&mut self.early_arguments)));
-                    }
-                    self.stage = S::AfterValue;
-                }
-            }
-            S::Colon => self.stage = if c == ':' { S::ValueStart } else { S::Failed },
-            S::ValueStart if self.key == "name" && c == '"' => self.start_string(S::NameString),
-            S::ValueStart => {
-                self.value = ValueScan::default();
-                self.stage = S::Value;
-                self.step(c, arguments, events);
-            }
-            S::Value => {
-                let step = self.value.step(c);
-                if step != ValueStep::Ended && self.key == self.args_key {
-                    if self.name_known {
-                        arguments.push(c);
-                    } else {
-                        self.early_arguments.push(c);
-                    }
-                }
-                match step {
-                    ValueStep::Inside => {}
-                    ValueStep::Last => self.stage = S::AfterValue,
-                    ValueStep::Ended => {
-                        self.stage = S::AfterValue;
-                        self.step(c, arguments, events);
-                    }
-                }
-            }
-            S::AfterValue => match c {
-                ',' => self.stage = S::KeyOrEnd,
-                '}' => self.stage = S::Done,
-                _ => self.stage = S::Failed,
-            },
-            S::Done | S::Failed => {}
-        }
-    }
-
-    fn start_string(&mut self, stage: JsonStage) {
-        self.raw.clear();
-        self.raw.push('"');
-        self.escaped = false;
-        self.stage = stage;
-    }
-
-    /// Adds a character of a JSON string; true when it closed the string.
-    fn string_char(&mut self, c: char) -> bool {
-        self.raw.push(c);
-        if self.escaped {
-            self.escaped = false;
-        } else if c == '\\' {
-            self.escaped = true;
-        } else if c == '"' {
-            return true;
-        }
-        false
-    }
-}
-
-fn flush(arguments: &mut String, events: &mut Vec<ScanEvent>) {
+/// Emits the arguments text gathered so far, if any.
+pub(super) fn flush(arguments: &mut String, events: &mut Vec<ScanEvent>) {
     if !arguments.is_empty() {
         events.push(ScanEvent::Arguments(std::mem::take(arguments)));
     }
 }
-
-/// Follows one JSON value character by character to find where it ends.
-#[derive(Debug, Default)]
-struct ValueScan {
-    started: bool,
-    depth: u32,
-    in_string: bool,
-    escaped: bool,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum ValueStep {
-    /// The character belongs to the value, which goes on.
-    Inside,
-    /// The character was the value's last.
-    Last,
-    /// The value had already ended; the character is not part of it.
-    Ended,
-}
-
-impl ValueScan {
-    fn step(&mut self, c: char) -> ValueStep {
-        if !self.started {
-            self.started = true;
-            match c {
-                '"' => self.in_string = true,
-                '{' | '[' => self.depth = 1,
-                _ => {}
-            }
-            return ValueStep::Inside;
-        }
-        if self.in_string {
-            if self.escaped {
-                self.escaped = false;
-            } else if c == '\\' {
-                self.escaped = true;
-            } else if c == '"' {
-                self.in_string = false;
-                if self.depth == 0 {
-                    return ValueStep::Last;
-                }
-            }
-            return ValueStep::Inside;
-        }
-        if self.depth == 0 {
-            // A number or literal ends at the first character that cannot continue it.
-            return if c == ',' || c == '}' || c == ']' || c.is_whitespace() {
-                ValueStep::Ended
-            } else {
-                ValueStep::Inside
-            };
-        }
-        match c {
-            '"' => self.in_string = true,
-            '{' | '[' => self.depth += 1,
-            '}' | ']' => {
-                self.depth -= 1;
-                if self.depth == 0 {
-                    return ValueStep::Last;
-                }
-            }
-            _ => {}
-        }
-        ValueStep::Inside
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum GemmaStage {
-    /// `call:`
-    Prefix,
-    /// The function name, up to `{`.
-    Name,
-    Body,
-    Done,
-}
-
-/// Scans Gemma's `call:name{key:value,…}` and streams the arguments converted to JSON.
-#[derive(Debug)]
-struct GemmaCall {
-    quote: &'static str,
-    stage: GemmaStage,
-    name: String,
-    /// Open containers, innermost last: true for objects.
-    containers: Vec<bool>,
-    expect_key: bool,
-    key: String,
-    in_string: bool,
-}
-
-impl GemmaCall {
-    const PREFIX: &'static str = "call:";
-
-    fn new(quote: &'static str) -> Self {
-        Self {
-            quote,
-            stage: GemmaStage::Prefix,
-            name: String::new(),
-            containers: Vec::new(),
-            expect_key: false,
-            key: String::new(),
-            in_string: false,
-        }
-    }
-
-    fn feed(&mut self, input: &str, events: &mut Vec<ScanEvent>) -> usize {
-        let mut json = String::new();
-        let mut at = 0;
-        while at < input.len() && self.stage != GemmaStage::Done {
-            let rest = &input[at..];
-            let Some(used) = self.step(rest, &mut json, events) else { break };
-            at += used;
-        }
-        flush(&mut json, events);
-        at
-    }
-
-    /// Consumes the start of `rest`; `None` when more text is needed to decide.
-    fn step(&mut self, rest: &str, json: &mut String, events: &mut Vec<ScanEvent>) -> Option<usize> {
-        let c = rest.chars().next()?;
-        match self.stage {
-            GemmaStage::Prefix => {
-                if rest.starts_with(Self::PREFIX) {
-                    self.stage = GemmaStage::Name;
-                    return Some(Self::PREFIX.len());
-                }
-                if Self::PREFIX.starts_with(rest) {
-                    return None;
-                }
-                self.stage = GemmaStage::Name;
-                Some(0)
-            }
-            GemmaStage::Name if c == '{' => {
-                events.push(ScanEvent::Name(self.name.trim().to_string()));
-                self.stage = GemmaStage::Body;
-                Some(0)
-            }
-            GemmaStage::Name => {
-                self.name.push(c);
-                Some(c.len_utf8())
-            }
-            GemmaStage::Body if self.in_string => match rest.find(self.quote) {
-                Some(end) => {
-                    push_json_escaped(json, &rest[..end]);
-                    json.push('"');
-                    self.in_string = false;
-                    Some(end + self.quote.len())
-                }
-                None => {
-                    let keep = rest.len() - partial_suffix(rest, self.quote);
-                    push_json_escaped(json, &rest[..keep]);
-                    (keep > 0).then_some(keep)
-                }
-            },
-            GemmaStage::Body if self.expect_key && !(c == '}' && self.key.is_empty()) => {
-                if c == ':' {
-                    json.push_str(&serde_json::Value::String(self.key.trim().to_string()).to_string());
-                    json.push(':');
-                    self.key.clear();
-                    self.expect_key = false;
-                } else {
-                    self.key.push(c);
-                }
-                Some(c.len_utf8())
-            }
-            GemmaStage::Body => {
-                if rest.starts_with(self.quote) {
-                    json.push('"');
-                    self.in_string = true;
-                    return Some(self.quote.len());
-                }
-                if rest.len() < self.quote.len() && self.quote.starts_with(rest) {
-                    return None;
-                }
-                match c {
-                    '{' | '[' => {
-                        self.containers.push(c == '{');
-                        self.expect_key = c == '{';
-                    }
-                    '}' | ']' => {
-                        self.containers.pop();
-                        self.expect_key = false;
-                        if self.containers.is_empty() {
-                            self.stage = GemmaStage::Done;
-                        }
-                    }
-                    ',' => self.expect_key = self.containers.last() == Some(&true),
-                    _ => {}
-                }
-                json.push(c);
-                Some(c.len_utf8())
-            }
-            GemmaStage::Done => None,
-        }
-    }
-}
-
-fn push_json_escaped(json: &mut String, text: &str) {
-    let quoted = serde_json::Value::String(text.to_string()).to_string();
-    json.push_str(&quoted[1..quoted.len() - 1]);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
