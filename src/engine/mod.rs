@@ -95,7 +95,12 @@ enum LoadState {
 /// What the inference thread is asked to do, in queue order.
 enum Command {
     Generate(Box<Job>),
-    Tokenize { prompt: worker::PromptInput, reply: mpsc::Sender<Result<Vec<i32>, EngineError>> },
+    Tokenize {
+        prompt: worker::PromptInput,
+        reply: mpsc::Sender<Result<Vec<i32>, EngineError>>,
+    },
+    /// Answered once everything queued before it has been served.
+    Idle(mpsc::Sender<()>),
 }
 
 /// A queued request: tokens or text to evaluate, and where its events go.
@@ -270,6 +275,18 @@ impl Engine {
         let (reply, answer) = mpsc::channel();
         self.shared.commands.send(Command::Tokenize { prompt, reply }).map_err(|_| EngineError::ShuttingDown)?;
         answer.recv().map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    /// Blocks until every request queued before this call has been served, including the cache
+    /// upkeep that follows each reply, so llama.cpp is idle until the next submission. Call it
+    /// before the process exits while a handle is still alive elsewhere (a static, another
+    /// thread): exiting while llama.cpp computes can crash in its teardown. Not for use inside an
+    /// async runtime's worker.
+    pub fn wait_idle_blocking(&self) {
+        let (reply, answer) = mpsc::channel();
+        if self.shared.commands.send(Command::Idle(reply)).is_ok() {
+            let _ = answer.recv();
+        }
     }
 
     /// Stops serving: the running generation ends with [`EngineError::ShuttingDown`] at its next

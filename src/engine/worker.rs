@@ -86,6 +86,9 @@ pub(super) fn run(
                 let tokens = session.tokenize(prompt).map(|tokens| tokens.into_iter().map(|t| t.0).collect());
                 let _ = reply.send(tokens);
             }
+            Ok(Command::Idle(reply)) => {
+                let _ = reply.send(());
+            }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }

@@ -46,10 +46,33 @@ fn server() -> &'static TestServer {
 
 /// The shared server, for one test at a time: tests look at the cache, so their requests must
 /// not interleave. Hold the guard for the whole test.
-pub async fn exclusive_server() -> (tokio::sync::MutexGuard<'static, ()>, &'static TestServer) {
+pub async fn exclusive_server() -> (ServerLock, &'static TestServer) {
     static LOCK: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
     let guard = LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await;
-    (guard, server())
+    let server = server();
+    (ServerLock { _guard: guard, engine: server.engine.clone() }, server)
+}
+
+/// Exclusive use of the shared server. Dropping it waits until the engine is idle: the shared
+/// engine lives in a static, and a test binary that exits while llama.cpp still works (the
+/// cache upkeep after a reply) can crash in llama.cpp's teardown.
+pub struct ServerLock {
+    _guard: tokio::sync::MutexGuard<'static, ()>,
+    engine: Engine,
+}
+
+impl Drop for ServerLock {
+    fn drop(&mut self) {
+        self.engine.wait_idle_blocking();
+    }
+}
+
+impl Drop for TestServer {
+    /// The serving thread keeps its own engine handle alive: wait until it is idle (see
+    /// [`ServerLock`]).
+    fn drop(&mut self) {
+        self.engine.wait_idle_blocking();
+    }
 }
 
 /// A long system prompt of roughly `approx_tokens` tokens (varied text, like a real one).
