@@ -26,8 +26,10 @@ serve: default-model build
 
 # Tests run in the release profile: llama.cpp is then compiled once for both build and tests.
 # tests/openai_sdk.rs drives the server with the pinned openai Python SDK (target/sdk-venv).
+# scripts/fixtures.sh generates the tiny MTP test models (models/tiny-mtp*.gguf) from SmolLM2's.
 test: models
 	bash scripts/sdk-venv.sh
+	bash scripts/fixtures.sh
 	cargo test --release
 
 # Cold/warm TTFT, decode speed and peak RSS of firstword (and llama-server with LLAMA_SERVER=path).

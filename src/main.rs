@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::LazyLock;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use firstword::engine::{EngineConfig, FlashAttention, LLAMA_CPP_BUILD};
+use firstword::engine::{EngineConfig, FlashAttention, SpecMode, SpeculationConfig, LLAMA_CPP_BUILD};
 use firstword::Engine;
 use tracing_subscriber::EnvFilter;
 
@@ -119,6 +119,14 @@ enum FlashAttnArg {
     Off,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum SpecArg {
+    Auto,
+    None,
+    Mtp,
+    Draft,
+}
+
 #[derive(Args)]
 struct ServeArgs {
     /// Path of the GGUF model to serve.
@@ -167,6 +175,26 @@ struct ServeArgs {
     /// Requests that may wait while one generates; more get 503 with Retry-After.
     #[arg(long = "queue-size", env = "FIRSTWORD_QUEUE_SIZE", default_value_t = EngineConfig::DEFAULT_QUEUE_SIZE)]
     queue_size: usize,
+    /// Speculative decoding: auto (the model's MTP heads if the GGUF has NextN layers, else
+    /// --draft-model if given, else none), none, mtp, or draft.
+    #[arg(long, env = "FIRSTWORD_SPEC", value_enum, default_value = "auto")]
+    spec: SpecArg,
+    /// A smaller model with the same vocabulary that drafts tokens for the served one.
+    #[arg(long = "draft-model", visible_alias = "md", env = "FIRSTWORD_DRAFT_MODEL")]
+    draft_model: Option<PathBuf>,
+    /// Layers of the draft model to offload to the GPU (GPU builds only).
+    #[arg(long = "n-gpu-layers-draft", visible_alias = "ngld", env = "FIRSTWORD_N_GPU_LAYERS_DRAFT", default_value_t = EngineConfig::DEFAULT_N_GPU_LAYERS)]
+    n_gpu_layers_draft: u32,
+    /// Most tokens drafted per step [default: 3 with MTP heads, 16 with a draft model]; the
+    /// depth verified adapts to the acceptance rate below it.
+    #[arg(long = "draft-max", env = "FIRSTWORD_DRAFT_MAX")]
+    draft_max: Option<u32>,
+    /// Fewest drafted tokens worth verifying.
+    #[arg(long = "draft-min", env = "FIRSTWORD_DRAFT_MIN", default_value_t = 0)]
+    draft_min: u32,
+    /// Drafting stops at a token the drafter is less sure of than this.
+    #[arg(long = "draft-p-min", env = "FIRSTWORD_DRAFT_P_MIN", default_value_t = 0.75)]
+    draft_p_min: f32,
 }
 
 impl ServeArgs {
@@ -189,6 +217,19 @@ impl ServeArgs {
             mmap: !self.no_mmap,
             chat_template_file: self.chat_template_file.clone(),
             queue_size: self.queue_size,
+            speculation: SpeculationConfig {
+                mode: match self.spec {
+                    SpecArg::Auto => SpecMode::Auto,
+                    SpecArg::None => SpecMode::None,
+                    SpecArg::Mtp => SpecMode::Mtp,
+                    SpecArg::Draft => SpecMode::Draft,
+                },
+                draft_model: self.draft_model.clone(),
+                n_gpu_layers_draft: self.n_gpu_layers_draft,
+                draft_max: self.draft_max,
+                draft_min: self.draft_min,
+                draft_p_min: self.draft_p_min,
+            },
             ..defaults
         }
     }

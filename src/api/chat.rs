@@ -50,6 +50,8 @@ fn wire_timings(usage: Usage, timings: Timings) -> WireTimings {
         predicted_ms,
         predicted_per_token_ms,
         predicted_per_second,
+        draft_n: timings.draft.map(|d| d.drafted),
+        draft_n_accepted: timings.draft.map(|d| d.accepted),
     }
 }
 

@@ -118,6 +118,12 @@ pub struct WireTimings {
     pub predicted_ms: f64,
     pub predicted_per_token_ms: f64,
     pub predicted_per_second: f64,
+    /// Tokens drafted by speculative decoding (absent when it is off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_n: Option<u32>,
+    /// Drafted tokens the model accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<u32>,
 }
 
 /// Non-streaming response.

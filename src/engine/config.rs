@@ -45,6 +45,8 @@ pub struct EngineConfig {
     pub chat_template_file: Option<PathBuf>,
     /// How many requests may wait while one is generating.
     pub queue_size: usize,
+    /// Speculative decoding (MTP heads or a draft model).
+    pub speculation: super::SpeculationConfig,
 }
 
 impl EngineConfig {
@@ -75,6 +77,7 @@ impl EngineConfig {
             mmap: true,
             chat_template_file: None,
             queue_size: Self::DEFAULT_QUEUE_SIZE,
+            speculation: super::SpeculationConfig::default(),
         }
     }
 }

@@ -30,6 +30,10 @@ pub enum EngineError {
         /// What went wrong.
         reason: String,
     },
+    /// Speculative decoding cannot run as configured (no MTP layers for `--spec mtp`, a draft
+    /// model with another vocabulary, bad limits).
+    #[error("speculative decoding: {0}")]
+    SpeculationSetup(String),
     /// No usable chat template could be found or compiled.
     #[error("chat template: {0}")]
     TemplateSetup(String),

@@ -6,10 +6,12 @@
 //! prefills only the rest. Dropping a `Generation` cancels it at the next token.
 
 mod config;
+mod decoder;
 mod error;
 mod prefix;
 mod request;
 mod sampling;
+mod speculation;
 mod text;
 mod worker;
 
@@ -26,8 +28,9 @@ use crate::tools::{prepare_messages, ToolFormat, ToolSpec};
 
 pub use config::{physical_cores, EngineConfig, FlashAttention};
 pub use error::EngineError;
-pub use request::{Event, FinishReason, GenerationRequest, Grammar, Prompt, Timings, Usage};
+pub use request::{DraftStats, Event, FinishReason, GenerationRequest, Grammar, Prompt, Timings, Usage};
 pub use sampling::SamplingParams;
+pub use speculation::{SpecMode, SpeculationConfig};
 
 /// The linked llama.cpp, as vendored by the pinned `llama-cpp-sys-2` crate.
 pub const LLAMA_CPP_BUILD: &str = "llama.cpp vendored by llama-cpp-sys-2 0.1.160";

@@ -99,6 +99,20 @@ pub struct Timings {
     pub prompt: Duration,
     /// Time from the first to the last generated token.
     pub generation: Duration,
+    /// Speculative decoding's counts, when it is on.
+    pub draft: Option<DraftStats>,
+}
+
+/// What speculative decoding did for one reply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DraftStats {
+    /// Tokens drafted and verified.
+    pub drafted: u32,
+    /// Of these, how many the target accepted.
+    pub accepted: u32,
+    /// Prompt tokens the drafter's own context evaluated to follow the target (a cached turn
+    /// costs it only the new suffix; MTP's is the target's prompt evaluation itself).
+    pub catch_up: u32,
 }
 
 /// Events of one generation, in order: `Started`, any number of `Text`, then `Finished` or

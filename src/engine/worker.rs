@@ -7,20 +7,26 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use llama_cpp_2::context::params::LlamaContextParams;
-use llama_cpp_2::context::LlamaContext;
+use std::collections::VecDeque;
+use std::path::Path;
+
+use llama_cpp_2::context::params::{LlamaContextParams, LlamaContextType};
 use llama_cpp_2::llama_backend::LlamaBackend;
-use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::speculative::{MtpSpeculative, MtpSpeculativeParams};
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::decoder::{Decoder, Logits, ModelDrafter, MtpDrafter};
 use super::prefix::{common_prefix_len, plan_reuse, window_covers};
 use super::sampling::TokenPicker;
+use super::speculation::{vocabulary_difference, DraftDepth, Drafter, SpeculationPlan};
 use super::text::{StopMatcher, StopScan, Utf8Stream};
-use super::{Command, EngineConfig, EngineError, Event, FinishReason, FlashAttention, Job, ModelInfo, Timings, Usage};
+use super::{
+    Command, DraftStats, EngineConfig, EngineError, Event, FinishReason, FlashAttention, Job, ModelInfo, Timings, Usage,
+};
 use crate::chat::{ChatTemplate, ModelTemplateFacts};
 use crate::tools::ToolFormat;
 
@@ -55,12 +61,21 @@ pub(super) fn run(
     commands: &Receiver<Command>,
     shutting_down: &AtomicBool,
 ) {
-    let loaded = backend().and_then(|backend| load_model(backend, config).map(|model| (backend, model)));
-    let (backend, model) = match loaded {
-        Ok(pair) => pair,
+    let loaded = SpeculationPlan::decide(&config.speculation, &config.model_path).and_then(|plan| {
+        let backend = backend()?;
+        let load_mtp = matches!(plan.drafter, Drafter::Mtp { .. });
+        let model = load_model(backend, &config.model_path, config.n_gpu_layers, load_mtp, config)?;
+        let draft_model = match &plan.drafter {
+            Drafter::Model(path) => Some(load_draft_model(backend, &model, path, config)?),
+            _ => None,
+        };
+        Ok((backend, model, draft_model, plan))
+    });
+    let (backend, model, draft_model, plan) = match loaded {
+        Ok(loaded) => loaded,
         Err(e) => return report(Err(e)),
     };
-    let session = Session::new(backend, &model, config, shutting_down);
+    let session = Session::new(backend, &model, draft_model.as_ref(), &plan, config, shutting_down);
     let mut session = match session {
         Ok((session, info, template)) => {
             report(Ok((info, template)));
@@ -95,21 +110,57 @@ pub(super) fn run(
     }
 }
 
-fn load_model(backend: &LlamaBackend, config: &EngineConfig) -> Result<LlamaModel, EngineError> {
-    let path = &config.model_path;
+fn load_model(
+    backend: &LlamaBackend,
+    path: &Path,
+    n_gpu_layers: u32,
+    load_mtp: bool,
+    config: &EngineConfig,
+) -> Result<LlamaModel, EngineError> {
     std::fs::File::open(path)
-        .map_err(|e| EngineError::ModelUnreadable { path: path.clone(), reason: e.to_string() })?;
+        .map_err(|e| EngineError::ModelUnreadable { path: path.to_path_buf(), reason: e.to_string() })?;
+    // MTP tensors only when they exist and are used: an MTP context on a model loaded without
+    // them aborts the process inside llama.cpp.
     let params = LlamaModelParams::default()
-        .with_n_gpu_layers(config.n_gpu_layers)
+        .with_n_gpu_layers(n_gpu_layers)
         .with_use_mmap(config.mmap)
-        .with_use_mlock(config.mlock);
-    LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::ModelLoad { path: path.clone() })
+        .with_use_mlock(config.mlock)
+        .with_load_mtp(load_mtp);
+    LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::ModelLoad { path: path.to_path_buf() })
+}
+
+/// Loads the draft model and checks that its tokens mean what the target's mean.
+fn load_draft_model(
+    backend: &LlamaBackend,
+    target: &LlamaModel,
+    path: &Path,
+    config: &EngineConfig,
+) -> Result<LlamaModel, EngineError> {
+    let draft = load_model(backend, path, config.speculation.n_gpu_layers_draft, false, config)?;
+    let texts = |model: &LlamaModel| -> Vec<Vec<u8>> {
+        let vocab = model.vocab();
+        (0..model.n_vocab())
+            .map(|id| vocab.text(LlamaToken(id)).map(|t| t.to_bytes().to_vec()).unwrap_or_default())
+            .collect()
+    };
+    let (target_texts, draft_texts) = (texts(target), texts(&draft));
+    let difference =
+        vocabulary_difference(target_texts.iter().map(Vec::as_slice), draft_texts.iter().map(Vec::as_slice));
+    match difference {
+        Some(difference) => Err(EngineError::SpeculationSetup(format!(
+            "the draft model {} has a different vocabulary: {difference}",
+            path.display()
+        ))),
+        None => Ok(draft),
+    }
 }
 
 /// The live context and the exact token list its KV cache holds (prompt and generated tokens).
 struct Session<'m> {
     model: &'m LlamaModel,
-    ctx: LlamaContext<'m>,
+    decoder: Decoder<'m>,
+    /// How many drafted tokens to verify per step.
+    depth: DraftDepth,
     cached: Vec<LlamaToken>,
     n_swa: Option<u32>,
     n_batch: usize,
@@ -139,6 +190,19 @@ impl Reply<'_> {
     }
 }
 
+/// Drafts verified in the target's last batch, and the reply's totals.
+#[derive(Default)]
+struct Speculating {
+    /// Drafts whose logits follow in the last batch, not yet matched by a picked token.
+    drafts: VecDeque<LlamaToken>,
+    /// Drafts in the last batch.
+    proposed: usize,
+    /// Batch row of the logits for the next token.
+    row: i32,
+    drafted: u32,
+    accepted: u32,
+}
+
 /// How a generation loop ended.
 enum Outcome {
     Finished(FinishReason),
@@ -151,6 +215,8 @@ impl<'m> Session<'m> {
     fn new(
         backend: &LlamaBackend,
         model: &'m LlamaModel,
+        draft_model: Option<&'m LlamaModel>,
+        plan: &SpeculationPlan,
         config: &EngineConfig,
         shutting_down: &'m AtomicBool,
     ) -> Result<(Self, ModelInfo, ChatTemplate), EngineError> {
@@ -176,9 +242,40 @@ impl<'m> Session<'m> {
             .with_n_threads_batch(config.threads_batch.max(1) as i32)
             .with_flash_attention_policy(flash)
             .with_swa_full(config.swa_full);
-        let ctx = model
-            .new_context(backend, params)
-            .map_err(|e| EngineError::ContextCreate { n_ctx, reason: e.to_string() })?;
+        let context_error =
+            |e: llama_cpp_2::LlamaContextLoadError| EngineError::ContextCreate { n_ctx, reason: e.to_string() };
+        let ctx = model.new_context(backend, params.clone()).map_err(context_error)?;
+        let decoder = match (&plan.drafter, draft_model) {
+            (Drafter::Mtp { .. }, _) => {
+                let draft = model
+                    .new_context(backend, params.with_context_type(LlamaContextType::Mtp))
+                    .map_err(context_error)?;
+                let limits = MtpSpeculativeParams {
+                    n_max: plan.draft_max as i32,
+                    n_min: plan.draft_min as i32,
+                    p_min: plan.p_min,
+                };
+                let spec = MtpSpeculative::new(ctx, draft, limits)
+                    .map_err(|e| EngineError::SpeculationSetup(format!("MTP: {e}")))?;
+                Decoder::Mtp(MtpDrafter::new(spec))
+            }
+            (Drafter::Model(_), Some(draft_model)) => {
+                let draft = draft_model.new_context(backend, params).map_err(context_error)?;
+                Decoder::Model(ModelDrafter::new(ctx, draft, n_batch as usize, plan.p_min, plan.draft_min as usize))
+            }
+            _ => Decoder::Plain(ctx),
+        };
+        match &plan.drafter {
+            Drafter::None => tracing::info!("speculative decoding off: {}", plan.reason),
+            drafter => tracing::info!(
+                "speculative decoding with {}: {}; draft max {}, min {}, p-min {}",
+                if matches!(drafter, Drafter::Mtp { .. }) { "MTP heads" } else { "a draft model" },
+                plan.reason,
+                plan.draft_max,
+                plan.draft_min,
+                plan.p_min
+            ),
+        }
 
         let vocab = model.vocab();
         let token_text = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
@@ -200,7 +297,7 @@ impl<'m> Session<'m> {
         let info = ModelInfo {
             id,
             architecture,
-            n_ctx: ctx.n_ctx(),
+            n_ctx: decoder.target().n_ctx(),
             n_ctx_train,
             n_vocab: model.n_vocab(),
             n_swa,
@@ -209,8 +306,16 @@ impl<'m> Session<'m> {
             threads: config.threads,
             threads_batch: config.threads_batch,
         };
-        let session =
-            Self { model, ctx, cached: Vec::new(), n_swa, n_batch: n_batch as usize, bos_text, shutting_down };
+        let session = Self {
+            model,
+            decoder,
+            depth: DraftDepth::new(plan.draft_max),
+            cached: Vec::new(),
+            n_swa,
+            n_batch: n_batch as usize,
+            bos_text,
+            shutting_down,
+        };
         Ok((session, info, template))
     }
 
@@ -249,7 +354,7 @@ impl<'m> Session<'m> {
                 return;
             }
         };
-        let n_ctx = self.ctx.n_ctx();
+        let n_ctx = self.decoder.target().n_ctx();
         let prompt_tokens = tokens.len() as u32;
         let requested = request.max_tokens.unwrap_or(0);
         if prompt_tokens >= n_ctx || prompt_tokens.saturating_add(requested) > n_ctx {
@@ -287,11 +392,19 @@ impl<'m> Session<'m> {
 
         let generation_start = Instant::now();
         let mut reply = Reply { events: &events, finish_requested: &finish_requested, tokens: 0, text: String::new() };
-        let outcome = self.generate(&request, picker, limit, logits_index, &mut reply);
+        let mut speculating = Speculating::default();
+        self.decoder.begin_reply();
+        let outcome = self.generate(&request, picker, limit, logits_index, &mut reply, &mut speculating);
+        self.end_round(&mut speculating);
         let usage = Usage { prompt_tokens, cached_tokens: keep as u32, completion_tokens: reply.tokens };
         match outcome {
             Outcome::Finished(reason) => {
-                let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed() };
+                let draft = self.decoder.speculates().then_some(DraftStats {
+                    drafted: speculating.drafted,
+                    accepted: speculating.accepted,
+                    catch_up: self.decoder.take_catch_up(),
+                });
+                let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed(), draft };
                 let _ = events.send(Event::Finished { reason, usage, timings });
                 if let Some(prompt_text) = prompt_text {
                     self.align_with_text(prompt_text + &reply.text);
@@ -318,8 +431,8 @@ impl<'m> Session<'m> {
         if common == self.cached.len() || redo > self.n_batch || self.shutting_down.load(Ordering::Relaxed) {
             return;
         }
-        if !window_covers(self.ctx.kv_cache_seq_pos_min(0), common, self.n_swa)
-            || self.ctx.kv_cache_seq_rm(0, Some(common as u32), None).is_err()
+        if !window_covers(self.decoder.target().kv_cache_seq_pos_min(0), common, self.n_swa)
+            || !self.decoder.truncate(common)
         {
             return;
         }
@@ -330,7 +443,7 @@ impl<'m> Session<'m> {
             "re-evaluating the reply as the next turn will send it"
         );
         self.cached.truncate(common);
-        if let Err(e) = self.decode(&canonical[common..], false) {
+        if let Err(e) = self.decode(&canonical[common..], Logits::None, false) {
             tracing::warn!("re-evaluating the reply failed: {e}");
         }
     }
@@ -338,7 +451,7 @@ impl<'m> Session<'m> {
     /// Cuts the KV cache to the longest prefix shared with `tokens`; returns how many it kept.
     fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> usize {
         let mut keep = plan_reuse(&self.cached, tokens);
-        let pos_min = self.ctx.kv_cache_seq_pos_min(0);
+        let pos_min = self.decoder.target().kv_cache_seq_pos_min(0);
         tracing::debug!(keep, cached = self.cached.len(), prompt = tokens.len(), pos_min, "prefix reuse");
         if keep > 0 && !window_covers(pos_min, keep, self.n_swa) {
             tracing::info!(
@@ -349,12 +462,12 @@ impl<'m> Session<'m> {
             );
             keep = 0;
         }
-        if keep > 0 && self.ctx.kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
+        if keep > 0 && !self.decoder.truncate(keep) {
             tracing::warn!(keep, "llama.cpp could not cut the KV cache; prefilling in full");
             keep = 0;
         }
         if keep == 0 {
-            self.ctx.clear_kv_cache();
+            self.decoder.clear();
         }
         self.cached.truncate(keep);
         keep
@@ -373,28 +486,77 @@ impl<'m> Session<'m> {
             if events.is_closed() {
                 return Ok(None);
             }
-            last_index = self.decode(chunk, i + 1 == chunks)?;
+            // The last batch reaches an MTP drafter only after the first token is out.
+            let last = i + 1 == chunks;
+            last_index = self.decode(chunk, if last { Logits::Last } else { Logits::None }, last)?;
         }
         Ok(Some(last_index))
     }
 
-    /// Evaluates tokens at the next cache positions and records them as cached. With
-    /// `want_logits`, the last token gets logits; returns its batch index. On failure the cache
-    /// is cleared, since llama.cpp's state is then unknown.
-    fn decode(&mut self, tokens: &[LlamaToken], want_logits: bool) -> Result<i32, EngineError> {
-        let start = self.cached.len();
-        let mut batch = LlamaBatch::new(tokens.len(), 1);
-        for (i, &token) in tokens.iter().enumerate() {
-            let logits = want_logits && i + 1 == tokens.len();
-            batch.add(token, (start + i) as i32, &[0], logits).map_err(|e| EngineError::Decode(e.to_string()))?;
-        }
-        if let Err(e) = self.ctx.decode(&mut batch) {
-            self.ctx.clear_kv_cache();
+    /// Evaluates tokens at the next cache positions and records them as cached; returns the
+    /// batch index of the last token. On failure the cache is cleared, since llama.cpp's state
+    /// is then unknown.
+    fn decode(&mut self, tokens: &[LlamaToken], logits: Logits, mirror_later: bool) -> Result<i32, EngineError> {
+        if let Err(e) = self.decoder.decode(tokens, self.cached.len(), logits, mirror_later) {
+            self.decoder.clear();
             self.cached.clear();
-            return Err(EngineError::Decode(e.to_string()));
+            return Err(e);
         }
         self.cached.extend_from_slice(tokens);
-        Ok(batch.n_tokens() - 1)
+        Ok(tokens.len() as i32 - 1)
+    }
+
+    /// Makes the picked `token` part of the cache and returns the batch index of the logits
+    /// that follow it. A token the last batch drafted is already there; otherwise the drafts
+    /// left are dropped and `token` is evaluated with up to `room` new drafts after it, all
+    /// verified in that one batch.
+    fn advance(&mut self, token: LlamaToken, speculating: &mut Speculating, room: usize) -> Result<i32, EngineError> {
+        if speculating.drafts.front() == Some(&token) {
+            speculating.drafts.pop_front();
+            speculating.row += 1;
+            return Ok(speculating.row);
+        }
+        self.end_round(speculating);
+        let depth = self.depth.next().min(room);
+        let drafts = if self.decoder.speculates() && depth > 0 {
+            self.decoder.propose(&self.cached, token, depth)
+        } else {
+            Vec::new()
+        };
+        let mut batch = Vec::with_capacity(drafts.len() + 1);
+        batch.push(token);
+        batch.extend_from_slice(&drafts);
+        let logits = if drafts.is_empty() { Logits::Last } else { Logits::All };
+        self.decode(&batch, logits, false)?;
+        speculating.proposed = drafts.len();
+        speculating.drafted += drafts.len() as u32;
+        speculating.drafts = drafts.into();
+        speculating.row = 0;
+        Ok(0)
+    }
+
+    /// Ends a verification step: drafts that no picked token matched leave both caches, the
+    /// drafter learns how many were right, and the draft depth adapts.
+    fn end_round(&mut self, speculating: &mut Speculating) {
+        if speculating.proposed == 0 {
+            return;
+        }
+        let unused = speculating.drafts.len();
+        let accepted = speculating.proposed - unused;
+        if unused > 0 {
+            let keep = self.cached.len() - unused;
+            self.cached.truncate(keep);
+            if !self.decoder.truncate(keep) {
+                tracing::warn!(keep, "llama.cpp could not drop rejected drafts; clearing the cache");
+                self.decoder.clear();
+                self.cached.clear();
+            }
+        }
+        self.decoder.settle(accepted);
+        self.depth.record(speculating.proposed, accepted);
+        speculating.accepted += accepted as u32;
+        speculating.drafts.clear();
+        speculating.proposed = 0;
     }
 
     fn generate(
@@ -404,11 +566,12 @@ impl<'m> Session<'m> {
         limit: u32,
         mut logits_index: i32,
         reply: &mut Reply<'_>,
+        speculating: &mut Speculating,
     ) -> Outcome {
         let vocab = self.model.vocab();
         let mut utf8 = Utf8Stream::default();
         let mut stops = StopMatcher::new(&request.stop);
-        let n_ctx = self.ctx.n_ctx() as usize;
+        let n_ctx = self.decoder.target().n_ctx() as usize;
         // Markers that are single special tokens are shown; other special tokens are not.
         let preserved: Vec<LlamaToken> = request
             .preserved_tokens
@@ -431,7 +594,7 @@ impl<'m> Session<'m> {
             if reply.finish_requested.load(Ordering::Relaxed) {
                 break FinishReason::Stop;
             }
-            let token = match picker.pick(&self.ctx, logits_index) {
+            let token = match picker.pick(self.decoder.target(), logits_index) {
                 Ok(token) => token,
                 Err(e) => return Outcome::Failed(e),
             };
@@ -451,10 +614,13 @@ impl<'m> Session<'m> {
                     return if reply.send(text) { Outcome::Finished(FinishReason::Stop) } else { Outcome::Cancelled };
                 }
             }
-            if reply.tokens >= limit || self.cached.len() >= n_ctx {
+            // Positions evaluated for good (drafts in the last batch are still tentative).
+            let evaluated = self.cached.len() - speculating.drafts.len();
+            if reply.tokens >= limit || evaluated >= n_ctx {
                 break FinishReason::Length;
             }
-            logits_index = match self.decode(&[token], true) {
+            let room = ((limit - reply.tokens) as usize).min(n_ctx - evaluated) - 1;
+            logits_index = match self.advance(token, speculating, room) {
                 Ok(index) => index,
                 Err(e) => return Outcome::Failed(e),
             };

@@ -1,0 +1,333 @@
+//! The target context and whatever drafts for it. Every batch the target evaluates and every
+//! cut of its cache goes through here, so a drafter's own context always mirrors the target's.
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::speculative::MtpSpeculative;
+use llama_cpp_2::token::LlamaToken;
+
+use super::prefix::common_prefix_len;
+use super::EngineError;
+
+/// Which positions of a batch get logits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Logits {
+    /// None (prompt batches before the last).
+    None,
+    /// Only the last token (prompt evaluation, plain generation).
+    Last,
+    /// Every token (verifying drafts).
+    All,
+}
+
+/// The target context, alone or with a drafter.
+pub(crate) enum Decoder<'m> {
+    /// No speculation.
+    Plain(LlamaContext<'m>),
+    /// The model's MTP heads draft, in their own context fed with the target's hidden states.
+    Mtp(MtpDrafter<'m>),
+    /// A separate draft model with the same vocabulary.
+    Model(ModelDrafter<'m>),
+}
+
+/// MTP drafting through llama.cpp's `common_speculative` (via `llama-cpp-2`).
+pub(crate) struct MtpDrafter<'m> {
+    spec: MtpSpeculative<'m>,
+    /// The last prompt batch (tokens, first position), shown to the MTP context only after the
+    /// first token is out, so speculation costs nothing in time to first token.
+    deferred: Option<(Vec<LlamaToken>, usize)>,
+    /// A draft was made and llama.cpp expects to hear how much of it was accepted.
+    accept_owed: bool,
+    /// `begin` was called for the current reply.
+    begun: bool,
+    /// Prompt tokens shown to the MTP context since the last [`Decoder::take_catch_up`].
+    catch_up: u32,
+}
+
+/// Drafting with a second model: its own context, caught up with the target lazily.
+pub(crate) struct ModelDrafter<'m> {
+    target: LlamaContext<'m>,
+    draft: LlamaContext<'m>,
+    /// Tokens the draft context's cache holds.
+    cached: Vec<LlamaToken>,
+    /// Tokens evaluated to catch up with the target since the last [`Decoder::take_catch_up`].
+    catch_up: u32,
+    n_batch: usize,
+    p_min: f32,
+    n_min: usize,
+}
+
+impl<'m> MtpDrafter<'m> {
+    pub(crate) fn new(spec: MtpSpeculative<'m>) -> Self {
+        Self { spec, deferred: None, accept_owed: false, begun: false, catch_up: 0 }
+    }
+
+    /// Shows the deferred prompt batch to the MTP context. Must run before the target evaluates
+    /// anything else: llama.cpp reads the hidden states of the target's last batch.
+    fn flush(&mut self) {
+        if let Some((tokens, start)) = self.deferred.take() {
+            self.mirror(&tokens, start);
+        }
+    }
+
+    /// Feeds a batch the target just evaluated to the MTP context.
+    fn mirror(&mut self, tokens: &[LlamaToken], start: usize) {
+        let batch = match build_batch(tokens, start, Logits::Last) {
+            Ok(batch) => batch,
+            Err(e) => return tracing::warn!("MTP: {e}"),
+        };
+        // Tentative entries of the last draft sit at these positions; `process` writes them anew.
+        let _ = self.spec.draft_context_mut().kv_cache_seq_rm(0, Some(start as u32), None);
+        if let Err(e) = self.spec.process(&batch) {
+            tracing::warn!("MTP context update failed ({e}); drafts may be rejected more often");
+        }
+    }
+
+    fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Vec<LlamaToken> {
+        self.flush();
+        self.settle(0);
+        if !self.begun {
+            self.begun = true;
+            if let Err(e) = self.spec.begin(history) {
+                tracing::warn!("MTP begin failed: {e}");
+            }
+        }
+        match self.spec.draft(history.len() as i32, id_last, history) {
+            Ok(mut drafts) => {
+                self.accept_owed = !drafts.is_empty();
+                drafts.truncate(max);
+                drafts
+            }
+            Err(e) => {
+                tracing::warn!("MTP draft failed: {e}");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Tells llama.cpp how many drafted tokens were accepted, if it is waiting for that.
+    fn settle(&mut self, accepted: usize) {
+        if std::mem::take(&mut self.accept_owed) {
+            if let Err(e) = self.spec.accept(accepted.min(usize::from(u16::MAX)) as u16) {
+                tracing::warn!("MTP accept failed: {e}");
+            }
+        }
+    }
+}
+
+impl<'m> ModelDrafter<'m> {
+    pub(crate) fn new(
+        target: LlamaContext<'m>,
+        draft: LlamaContext<'m>,
+        n_batch: usize,
+        p_min: f32,
+        n_min: usize,
+    ) -> Self {
+        Self { target, draft, cached: Vec::new(), catch_up: 0, n_batch, p_min, n_min }
+    }
+
+    /// Brings the draft context to `history` + `id_last`, then drafts greedily until `max`
+    /// tokens or a token below `p_min`. The catch-up happens here, after the target has produced
+    /// its first token, never before it.
+    fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Vec<LlamaToken> {
+        let mut keep = common_prefix_len(&self.cached, history);
+        if keep < self.cached.len() && self.draft.kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
+            keep = 0;
+        }
+        if keep == 0 {
+            self.draft.clear_kv_cache();
+        }
+        self.cached.truncate(keep);
+        let mut pending = history[keep..].to_vec();
+        self.catch_up += pending.len() as u32;
+        pending.push(id_last);
+        let mut drafts = Vec::new();
+        for chunk in pending.chunks(self.n_batch) {
+            if let Err(e) = self.evaluate(chunk) {
+                tracing::warn!("draft model: {e}");
+                return drafts;
+            }
+        }
+        loop {
+            let (token, probability) = most_likely(self.draft.get_logits_ith(-1));
+            if probability < self.p_min {
+                break;
+            }
+            drafts.push(token);
+            if drafts.len() >= max {
+                break;
+            }
+            if let Err(e) = self.evaluate(&[token]) {
+                tracing::warn!("draft model: {e}");
+                break;
+            }
+        }
+        if drafts.len() < self.n_min {
+            drafts.clear();
+        }
+        drafts
+    }
+
+    fn evaluate(&mut self, tokens: &[LlamaToken]) -> Result<(), EngineError> {
+        let mut batch = build_batch(tokens, self.cached.len(), Logits::Last)?;
+        if let Err(e) = self.draft.decode(&mut batch) {
+            self.draft.clear_kv_cache();
+            self.cached.clear();
+            return Err(EngineError::Decode(e.to_string()));
+        }
+        self.cached.extend_from_slice(tokens);
+        Ok(())
+    }
+}
+
+/// The most likely token and its probability.
+fn most_likely(logits: &[f32]) -> (LlamaToken, f32) {
+    let (best, &max) = logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap_or((0, &0.0));
+    let total: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+    (LlamaToken(best as i32), 1.0 / total.max(1.0))
+}
+
+fn build_batch(tokens: &[LlamaToken], start: usize, logits: Logits) -> Result<LlamaBatch<'static>, EngineError> {
+    let mut batch = LlamaBatch::new(tokens.len().max(1), 1);
+    for (i, &token) in tokens.iter().enumerate() {
+        let wants = logits == Logits::All || (logits == Logits::Last && i + 1 == tokens.len());
+        batch.add(token, (start + i) as i32, &[0], wants).map_err(|e| EngineError::Decode(e.to_string()))?;
+    }
+    Ok(batch)
+}
+
+impl<'m> Decoder<'m> {
+    /// The target context (logits, sizes).
+    pub(crate) fn target(&self) -> &LlamaContext<'m> {
+        match self {
+            Self::Plain(ctx) => ctx,
+            Self::Mtp(mtp) => mtp.spec.target_context(),
+            Self::Model(model) => &model.target,
+        }
+    }
+
+    fn target_mut(&mut self) -> &mut LlamaContext<'m> {
+        match self {
+            Self::Plain(ctx) => ctx,
+            Self::Mtp(mtp) => mtp.spec.target_context_mut(),
+            Self::Model(model) => &mut model.target,
+        }
+    }
+
+    /// Whether anything drafts.
+    pub(crate) fn speculates(&self) -> bool {
+        !matches!(self, Self::Plain(_))
+    }
+
+    /// Evaluates `tokens` at positions `start..` in the target. An MTP drafter sees the batch
+    /// at once, or with `mirror_later` only when the first draft is asked for (the last prompt
+    /// batch: its mirror would otherwise delay the first token). The caller clears the cache
+    /// on failure.
+    pub(crate) fn decode(
+        &mut self,
+        tokens: &[LlamaToken],
+        start: usize,
+        logits: Logits,
+        mirror_later: bool,
+    ) -> Result<(), EngineError> {
+        let mut batch = build_batch(tokens, start, logits)?;
+        if let Self::Mtp(mtp) = self {
+            mtp.flush();
+        }
+        self.target_mut().decode(&mut batch).map_err(|e| EngineError::Decode(e.to_string()))?;
+        if let Self::Mtp(mtp) = self {
+            if logits != Logits::All {
+                mtp.catch_up += tokens.len() as u32;
+            }
+            if mirror_later {
+                mtp.deferred = Some((tokens.to_vec(), start));
+            } else {
+                mtp.mirror(tokens, start);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every cached position from `keep` on, in the target and the MTP context (a draft
+    /// model's context is matched against the target's tokens when it next drafts). False if
+    /// llama.cpp refused, and then nothing was cut.
+    pub(crate) fn truncate(&mut self, keep: usize) -> bool {
+        if let Self::Mtp(mtp) = self {
+            mtp.flush();
+        }
+        if self.target_mut().kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
+            return false;
+        }
+        if let Self::Mtp(mtp) = self {
+            if mtp.spec.draft_context_mut().kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
+                mtp.spec.draft_context_mut().clear_kv_cache();
+            }
+        }
+        true
+    }
+
+    /// Empties every cache.
+    pub(crate) fn clear(&mut self) {
+        match self {
+            Self::Plain(ctx) => ctx.clear_kv_cache(),
+            Self::Mtp(mtp) => {
+                mtp.deferred = None;
+                mtp.spec.target_context_mut().clear_kv_cache();
+                mtp.spec.draft_context_mut().clear_kv_cache();
+            }
+            Self::Model(model) => {
+                model.target.clear_kv_cache();
+                model.draft.clear_kv_cache();
+                model.cached.clear();
+            }
+        }
+    }
+
+    /// A new reply starts.
+    pub(crate) fn begin_reply(&mut self) {
+        if let Self::Mtp(mtp) = self {
+            mtp.begun = false;
+        }
+    }
+
+    /// Up to `max` tokens likely to follow `history` + `id_last` (the target's cache holds
+    /// `history`; `id_last` is the token just picked, not evaluated yet).
+    pub(crate) fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Vec<LlamaToken> {
+        match self {
+            Self::Plain(_) => Vec::new(),
+            Self::Mtp(mtp) => mtp.propose(history, id_last, max),
+            Self::Model(model) => model.propose(history, id_last, max),
+        }
+    }
+
+    /// Tokens of the target's cache the drafter's context evaluated since the last call (to
+    /// follow prompts, not to draft or verify): a cached turn costs it only the new suffix.
+    pub(crate) fn take_catch_up(&mut self) -> u32 {
+        match self {
+            Self::Plain(_) => 0,
+            Self::Mtp(mtp) => std::mem::take(&mut mtp.catch_up),
+            Self::Model(model) => std::mem::take(&mut model.catch_up),
+        }
+    }
+
+    /// The target verified the last proposal: its first `accepted` tokens were right.
+    pub(crate) fn settle(&mut self, accepted: usize) {
+        if let Self::Mtp(mtp) = self {
+            mtp.settle(accepted);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn most_likely_token_and_probability() {
+        let (token, p) = most_likely(&[0.0, 3.0, 0.0]);
+        assert_eq!(token, LlamaToken(1));
+        let expected = 3f32.exp() / (3f32.exp() + 2.0);
+        assert!((p - expected).abs() < 1e-6);
+        assert!((most_likely(&[1.0, 1.0]).1 - 0.5).abs() < 1e-6);
+    }
+}
