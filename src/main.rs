@@ -195,6 +195,10 @@ struct ServeArgs {
     /// Drafting stops at a token the drafter is less sure of than this.
     #[arg(long = "draft-p-min", env = "FIRSTWORD_DRAFT_P_MIN", default_value_t = 0.75)]
     draft_p_min: f32,
+    /// Draft on every step even while drafting measures slower than plain decoding (by default
+    /// it then pauses, probing again every few steps); for measuring a drafter.
+    #[arg(long = "spec-always", env = "FIRSTWORD_SPEC_ALWAYS")]
+    spec_always: bool,
 }
 
 impl ServeArgs {
@@ -229,6 +233,7 @@ impl ServeArgs {
                 draft_max: self.draft_max,
                 draft_min: self.draft_min,
                 draft_p_min: self.draft_p_min,
+                always: self.spec_always,
             },
             ..defaults
         }

@@ -241,7 +241,8 @@ async fn a_full_queue_answers_503_and_queued_requests_of_departed_clients_never_
         ..common::test_config(common::smollm2_path())
     })
     .expect("loads");
-    let base = common::spawn_server(engine).base;
+    let server = common::spawn_server(engine);
+    let base = &server.base;
     let url = format!("{base}/v1/chat/completions");
     let long = json!({
         "messages": [{"role": "user", "content": "Write an endless poem."}],

@@ -9,9 +9,31 @@ use llama_cpp_2::token::LlamaToken;
 use super::prefix::common_prefix_len;
 use super::EngineError;
 
+/// What a batch for the target holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BatchKind {
+    /// Prompt tokens before the prompt's last batch (no logits).
+    Prompt,
+    /// The prompt's last batch: logits for its last token. An MTP drafter sees it only when the
+    /// first draft is asked for, so its work does not delay the first token.
+    PromptEnd,
+    /// A picked token and the drafts after it: logits for every one.
+    Generated,
+}
+
+impl BatchKind {
+    fn logits(self) -> Logits {
+        match self {
+            Self::Prompt => Logits::None,
+            Self::PromptEnd => Logits::Last,
+            Self::Generated => Logits::All,
+        }
+    }
+}
+
 /// Which positions of a batch get logits.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Logits {
+enum Logits {
     /// None (prompt batches before the last).
     None,
     /// Only the last token (prompt evaluation, plain generation).
@@ -219,27 +241,19 @@ impl<'m> Decoder<'m> {
         !matches!(self, Self::Plain(_))
     }
 
-    /// Evaluates `tokens` at positions `start..` in the target. An MTP drafter sees the batch
-    /// at once, or with `mirror_later` only when the first draft is asked for (the last prompt
-    /// batch: its mirror would otherwise delay the first token). The caller clears the cache
-    /// on failure.
-    pub(crate) fn decode(
-        &mut self,
-        tokens: &[LlamaToken],
-        start: usize,
-        logits: Logits,
-        mirror_later: bool,
-    ) -> Result<(), EngineError> {
-        let mut batch = build_batch(tokens, start, logits)?;
+    /// Evaluates `tokens` at positions `start..` in the target; an MTP drafter sees the batch
+    /// too (see [`BatchKind::PromptEnd`] for when). The caller clears the cache on failure.
+    pub(crate) fn decode(&mut self, tokens: &[LlamaToken], start: usize, kind: BatchKind) -> Result<(), EngineError> {
+        let mut batch = build_batch(tokens, start, kind.logits())?;
         if let Self::Mtp(mtp) = self {
             mtp.flush();
         }
         self.target_mut().decode(&mut batch).map_err(|e| EngineError::Decode(e.to_string()))?;
         if let Self::Mtp(mtp) = self {
-            if logits != Logits::All {
+            if kind != BatchKind::Generated {
                 mtp.catch_up += tokens.len() as u32;
             }
-            if mirror_later {
+            if kind == BatchKind::PromptEnd {
                 mtp.deferred = Some((tokens.to_vec(), start));
             } else {
                 mtp.mirror(tokens, start);

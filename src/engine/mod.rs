@@ -8,6 +8,7 @@
 mod config;
 mod decoder;
 mod error;
+mod load;
 mod prefix;
 mod request;
 mod sampling;

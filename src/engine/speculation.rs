@@ -37,6 +37,9 @@ pub struct SpeculationConfig {
     pub draft_min: u32,
     /// Drafting stops at the first token the drafter is less sure of than this probability.
     pub draft_p_min: f32,
+    /// Draft on every step, even while drafting measures slower than plain decoding (which
+    /// otherwise pauses it); for measuring a drafter.
+    pub always: bool,
 }
 
 impl Default for SpeculationConfig {
@@ -48,6 +51,7 @@ impl Default for SpeculationConfig {
             draft_max: None,
             draft_min: 0,
             draft_p_min: 0.75,
+            always: false,
         }
     }
 }
@@ -76,6 +80,7 @@ pub(crate) struct SpeculationPlan {
     pub draft_max: u32,
     pub draft_min: u32,
     pub p_min: f32,
+    pub always: bool,
     pub reason: String,
 }
 
@@ -118,7 +123,14 @@ impl SpeculationPlan {
         if !(0.0..=1.0).contains(&config.draft_p_min) {
             return invalid(format!("--draft-p-min must be between 0 and 1, got {}", config.draft_p_min));
         }
-        Ok(Self { drafter, draft_max, draft_min: config.draft_min, p_min: config.draft_p_min, reason })
+        Ok(Self {
+            drafter,
+            draft_max,
+            draft_min: config.draft_min,
+            p_min: config.draft_p_min,
+            always: config.always,
+            reason,
+        })
     }
 }
 
@@ -159,25 +171,49 @@ pub(crate) fn vocabulary_difference<'a>(
     })
 }
 
-/// How many drafted tokens to verify next: follows the recent run of accepted drafts, so a
-/// drafter that is often wrong costs little and one that is usually right is used deeply.
+/// How many drafted tokens to verify next. The depth follows the recent run of accepted drafts,
+/// so a drafter that is often wrong costs little and one that is usually right is used deeply;
+/// and speculation pauses (depth 0) while it measures slower per token than plain decoding,
+/// which it does whenever drafting costs more than it saves (a draft model nearly as large as
+/// the target, a tiny target). Every [`PROBE_EVERY`] steps the other way is measured again.
 #[derive(Clone, Debug)]
 pub(crate) struct DraftDepth {
     ceiling: usize,
     /// Moving average of accepted drafts per step (a fully accepted step counts one more, as
     /// the drafter might have gone on being right).
     average_run: f32,
+    /// Moving averages of seconds per generated token, without and with drafts.
+    plain_cost: Option<f32>,
+    draft_cost: Option<f32>,
+    steps: u64,
+    /// Never pause drafting.
+    always: bool,
 }
 
+/// Steps between measurements of the way not currently preferred.
+pub(crate) const PROBE_EVERY: u64 = 16;
+
 impl DraftDepth {
-    pub(crate) fn new(ceiling: u32) -> Self {
+    pub(crate) fn new(ceiling: u32, always: bool) -> Self {
         let ceiling = ceiling.max(1) as usize;
-        Self { ceiling, average_run: ceiling.min(4) as f32 - 1.0 }
+        Self { ceiling, average_run: ceiling.min(4) as f32 - 1.0, plain_cost: None, draft_cost: None, steps: 0, always }
     }
 
-    /// Tokens to verify in the next step.
-    pub(crate) fn next(&self) -> usize {
-        ((self.average_run + 1.0).round() as usize).clamp(1, self.ceiling)
+    /// Tokens to draft and verify in the next step; 0 for a plain step.
+    pub(crate) fn next(&mut self) -> usize {
+        self.steps += 1;
+        let drafting = ((self.average_run + 1.0).round() as usize).clamp(1, self.ceiling);
+        if self.always {
+            return drafting;
+        }
+        let Some(plain) = self.plain_cost else { return 0 };
+        let prefer_drafts = self.draft_cost.is_none_or(|cost| cost <= plain);
+        let probe = self.steps % PROBE_EVERY == 0;
+        if prefer_drafts != probe {
+            drafting
+        } else {
+            0
+        }
     }
 
     /// Records a verified step: `proposed` drafts, of which the first `accepted` matched.
@@ -187,6 +223,13 @@ impl DraftDepth {
         }
         let run = if accepted == proposed { accepted + 1 } else { accepted };
         self.average_run = 0.7 * self.average_run + 0.3 * run as f32;
+    }
+
+    /// Records what one step cost: `seconds` for `tokens` generated, with or without drafts.
+    pub(crate) fn record_cost(&mut self, drafted: bool, seconds: f32, tokens: usize) {
+        let per_token = seconds / tokens.max(1) as f32;
+        let average = if drafted { &mut self.draft_cost } else { &mut self.plain_cost };
+        *average = Some(average.map_or(per_token, |old| 0.7 * old + 0.3 * per_token));
     }
 }
 
@@ -202,13 +245,13 @@ mod tests {
 
     #[test]
     fn modes_without_nextn_layers() {
-        assert_eq!(plan(SpecMode::Auto, None).unwrap().drafter, Drafter::None);
-        assert_eq!(plan(SpecMode::None, Some("d.gguf")).unwrap().drafter, Drafter::None);
-        let auto = plan(SpecMode::Auto, Some("d.gguf")).unwrap();
+        assert_eq!(plan(SpecMode::Auto, None).expect("plan").drafter, Drafter::None);
+        assert_eq!(plan(SpecMode::None, Some("d.gguf")).expect("plan").drafter, Drafter::None);
+        let auto = plan(SpecMode::Auto, Some("d.gguf")).expect("plan");
         assert_eq!(auto.drafter, Drafter::Model("d.gguf".into()));
         assert_eq!(auto.draft_max, MODEL_DRAFT_MAX);
-        assert!(plan(SpecMode::Mtp, None).unwrap_err().to_string().contains("no MTP (NextN) layers"));
-        assert!(plan(SpecMode::Draft, None).unwrap_err().to_string().contains("--draft-model"));
+        assert!(plan(SpecMode::Mtp, None).expect_err("refused").to_string().contains("no MTP (NextN) layers"));
+        assert!(plan(SpecMode::Draft, None).expect_err("refused").to_string().contains("--draft-model"));
     }
 
     #[test]
@@ -224,7 +267,7 @@ mod tests {
             };
             SpeculationPlan::decide(&config, Path::new(file!())).map(|p| p.draft_max)
         };
-        assert_eq!(decide(Some(4), 2, 0.5).unwrap(), 4);
+        assert_eq!(decide(Some(4), 2, 0.5).expect("plan"), 4);
         assert!(decide(Some(0), 0, 0.5).is_err());
         assert!(decide(Some(4), 5, 0.5).is_err());
         assert!(decide(Some(4), 0, 1.5).is_err());
@@ -235,27 +278,54 @@ mod tests {
         let a: Vec<&[u8]> = vec![b"<s>", b"he", b"llo"];
         let b: Vec<&[u8]> = vec![b"<s>", b"he", b"lo"];
         assert_eq!(vocabulary_difference(a.clone().into_iter(), a.clone().into_iter()), None);
-        assert!(vocabulary_difference(a.clone().into_iter(), b.into_iter()).unwrap().starts_with("token 2 is \"llo\""));
-        assert!(vocabulary_difference(a.clone().into_iter(), a[..2].iter().copied()).unwrap().contains("3 tokens"));
+        assert!(vocabulary_difference(a.clone().into_iter(), b.into_iter())
+            .expect("differs")
+            .starts_with("token 2 is \"llo\""));
+        assert!(vocabulary_difference(a.clone().into_iter(), a[..2].iter().copied())
+            .expect("differs")
+            .contains("3 tokens"));
     }
 
     #[test]
     fn depth_follows_acceptance() {
-        let mut depth = DraftDepth::new(8);
+        let mut depth = DraftDepth::new(8, false);
+        assert_eq!(depth.next(), 0, "plain decoding is measured first");
+        depth.record_cost(false, 0.010, 1);
         let start = depth.next();
         for _ in 0..10 {
-            depth.record(depth.next(), depth.next());
+            let d = depth.next();
+            depth.record(d, d);
         }
         assert_eq!(depth.next(), 8, "all accepted: up to the ceiling");
         for _ in 0..10 {
-            depth.record(depth.next(), 0);
+            let d = depth.next();
+            depth.record(d, 0);
         }
         assert_eq!(depth.next(), 1, "none accepted: one token");
         assert!(start > 1 && start <= 4);
-        let mut half = DraftDepth::new(8);
+        let mut half = DraftDepth::new(8, false);
+        half.record_cost(false, 0.010, 1);
         for _ in 0..20 {
             half.record(4, 2);
         }
         assert_eq!(half.next(), 3);
+    }
+
+    #[test]
+    fn drafting_pauses_while_it_is_slower_and_is_probed_again() {
+        let mut depth = DraftDepth::new(4, false);
+        depth.record_cost(false, 0.010, 1);
+        depth.record_cost(true, 0.030, 2);
+        let steps: Vec<usize> = (0..2 * PROBE_EVERY).map(|_| depth.next()).collect();
+        assert_eq!(steps.iter().filter(|&&d| d > 0).count(), 2, "only probes draft: {steps:?}");
+        depth.record_cost(true, 0.004, 4);
+        depth.record_cost(true, 0.004, 4);
+        depth.record_cost(true, 0.004, 4);
+        let steps: Vec<usize> = (0..2 * PROBE_EVERY).map(|_| depth.next()).collect();
+        assert_eq!(steps.iter().filter(|&&d| d == 0).count(), 2, "only probes plain: {steps:?}");
+        let mut always = DraftDepth::new(4, true);
+        always.record_cost(false, 0.001, 1);
+        always.record_cost(true, 1.0, 1);
+        assert!((0..2 * PROBE_EVERY).all(|_| always.next() > 0));
     }
 }

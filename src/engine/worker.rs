@@ -1,32 +1,23 @@
 //! The inference thread: owns the backend, the model and one long-lived context, and serves
 //! queued jobs one at a time, reusing the KV cache's longest common token prefix.
 
-use std::num::NonZeroU32;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use std::collections::VecDeque;
-use std::path::Path;
-
-use llama_cpp_2::context::params::{LlamaContextParams, LlamaContextType};
 use llama_cpp_2::llama_backend::LlamaBackend;
-use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
-use llama_cpp_2::speculative::{MtpSpeculative, MtpSpeculativeParams};
 use llama_cpp_2::token::LlamaToken;
-use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::decoder::{Decoder, Logits, ModelDrafter, MtpDrafter};
+use super::decoder::{BatchKind, Decoder};
+use super::load::{create_decoder, Models};
 use super::prefix::{common_prefix_len, plan_reuse, window_covers};
 use super::sampling::TokenPicker;
-use super::speculation::{vocabulary_difference, DraftDepth, Drafter, SpeculationPlan};
+use super::speculation::{DraftDepth, SpeculationPlan};
 use super::text::{StopMatcher, StopScan, Utf8Stream};
-use super::{
-    Command, DraftStats, EngineConfig, EngineError, Event, FinishReason, FlashAttention, Job, ModelInfo, Timings, Usage,
-};
+use super::{Command, DraftStats, EngineConfig, EngineError, Event, FinishReason, Job, ModelInfo, Timings, Usage};
 use crate::chat::{ChatTemplate, ModelTemplateFacts};
 use crate::tools::ToolFormat;
 
@@ -37,23 +28,6 @@ pub(crate) enum PromptInput {
     Tokens(Vec<i32>),
 }
 
-/// Context size used when the user gives none: enough for a long system prompt and a
-/// conversation, without allocating a 32K+ KV cache nobody asked for.
-const DEFAULT_CTX_CAP: u32 = 8192;
-
-/// llama.cpp's backend is process-wide and may be initialised once; every engine in the
-/// process shares it (tests, a draft model).
-fn backend() -> Result<&'static LlamaBackend, EngineError> {
-    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
-    BACKEND
-        .get_or_init(|| {
-            send_logs_to_tracing(LogOptions::default());
-            LlamaBackend::init().map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| EngineError::LoadFailed(format!("llama.cpp backend: {e}")))
-}
-
 /// Body of the inference thread.
 pub(super) fn run(
     config: &EngineConfig,
@@ -61,18 +35,8 @@ pub(super) fn run(
     commands: &Receiver<Command>,
     shutting_down: &AtomicBool,
 ) {
-    let loaded = SpeculationPlan::decide(&config.speculation, &config.model_path).and_then(|plan| {
-        let backend = backend()?;
-        let load_mtp = matches!(plan.drafter, Drafter::Mtp { .. });
-        let model = load_model(backend, &config.model_path, config.n_gpu_layers, load_mtp, config)?;
-        let draft_model = match &plan.drafter {
-            Drafter::Model(path) => Some(load_draft_model(backend, &model, path, config)?),
-            _ => None,
-        };
-        Ok((backend, model, draft_model, plan))
-    });
-    let (backend, model, draft_model, plan) = match loaded {
-        Ok(loaded) => loaded,
+    let Models { backend, model, draft_model, plan } = match Models::load(config) {
+        Ok(models) => models,
         Err(e) => return report(Err(e)),
     };
     let session = Session::new(backend, &model, draft_model.as_ref(), &plan, config, shutting_down);
@@ -107,51 +71,6 @@ pub(super) fn run(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-    }
-}
-
-fn load_model(
-    backend: &LlamaBackend,
-    path: &Path,
-    n_gpu_layers: u32,
-    load_mtp: bool,
-    config: &EngineConfig,
-) -> Result<LlamaModel, EngineError> {
-    std::fs::File::open(path)
-        .map_err(|e| EngineError::ModelUnreadable { path: path.to_path_buf(), reason: e.to_string() })?;
-    // MTP tensors only when they exist and are used: an MTP context on a model loaded without
-    // them aborts the process inside llama.cpp.
-    let params = LlamaModelParams::default()
-        .with_n_gpu_layers(n_gpu_layers)
-        .with_use_mmap(config.mmap)
-        .with_use_mlock(config.mlock)
-        .with_load_mtp(load_mtp);
-    LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::ModelLoad { path: path.to_path_buf() })
-}
-
-/// Loads the draft model and checks that its tokens mean what the target's mean.
-fn load_draft_model(
-    backend: &LlamaBackend,
-    target: &LlamaModel,
-    path: &Path,
-    config: &EngineConfig,
-) -> Result<LlamaModel, EngineError> {
-    let draft = load_model(backend, path, config.speculation.n_gpu_layers_draft, false, config)?;
-    let texts = |model: &LlamaModel| -> Vec<Vec<u8>> {
-        let vocab = model.vocab();
-        (0..model.n_vocab())
-            .map(|id| vocab.text(LlamaToken(id)).map(|t| t.to_bytes().to_vec()).unwrap_or_default())
-            .collect()
-    };
-    let (target_texts, draft_texts) = (texts(target), texts(&draft));
-    let difference =
-        vocabulary_difference(target_texts.iter().map(Vec::as_slice), draft_texts.iter().map(Vec::as_slice));
-    match difference {
-        Some(difference) => Err(EngineError::SpeculationSetup(format!(
-            "the draft model {} has a different vocabulary: {difference}",
-            path.display()
-        ))),
-        None => Ok(draft),
     }
 }
 
@@ -199,6 +118,11 @@ struct Speculating {
     proposed: usize,
     /// Batch row of the logits for the next token.
     row: i32,
+    /// When the last step started; `None` for the reply's first (it includes the drafter's
+    /// catch-up with the prompt, not a fair measure of a step's cost).
+    step_started: Option<Instant>,
+    /// Verification steps so far.
+    steps: u32,
     drafted: u32,
     accepted: u32,
 }
@@ -227,55 +151,7 @@ impl<'m> Session<'m> {
             .and_then(|v| v.parse::<u32>().ok())
             .filter(|&n| n > 0);
         let n_ctx_train = model.n_ctx_train();
-        let n_ctx = config.ctx_size.unwrap_or_else(|| n_ctx_train.min(DEFAULT_CTX_CAP)).max(16);
-        let flash = match config.flash_attention {
-            FlashAttention::Auto => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO,
-            FlashAttention::On => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED,
-            FlashAttention::Off => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED,
-        };
-        let n_batch = config.batch_size.clamp(1, n_ctx);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
-            .with_n_batch(n_batch)
-            .with_n_ubatch(config.ubatch_size.clamp(1, n_batch))
-            .with_n_threads(config.threads.max(1) as i32)
-            .with_n_threads_batch(config.threads_batch.max(1) as i32)
-            .with_flash_attention_policy(flash)
-            .with_swa_full(config.swa_full);
-        let context_error =
-            |e: llama_cpp_2::LlamaContextLoadError| EngineError::ContextCreate { n_ctx, reason: e.to_string() };
-        let ctx = model.new_context(backend, params.clone()).map_err(context_error)?;
-        let decoder = match (&plan.drafter, draft_model) {
-            (Drafter::Mtp { .. }, _) => {
-                let draft = model
-                    .new_context(backend, params.with_context_type(LlamaContextType::Mtp))
-                    .map_err(context_error)?;
-                let limits = MtpSpeculativeParams {
-                    n_max: plan.draft_max as i32,
-                    n_min: plan.draft_min as i32,
-                    p_min: plan.p_min,
-                };
-                let spec = MtpSpeculative::new(ctx, draft, limits)
-                    .map_err(|e| EngineError::SpeculationSetup(format!("MTP: {e}")))?;
-                Decoder::Mtp(MtpDrafter::new(spec))
-            }
-            (Drafter::Model(_), Some(draft_model)) => {
-                let draft = draft_model.new_context(backend, params).map_err(context_error)?;
-                Decoder::Model(ModelDrafter::new(ctx, draft, n_batch as usize, plan.p_min, plan.draft_min as usize))
-            }
-            _ => Decoder::Plain(ctx),
-        };
-        match &plan.drafter {
-            Drafter::None => tracing::info!("speculative decoding off: {}", plan.reason),
-            drafter => tracing::info!(
-                "speculative decoding with {}: {}; draft max {}, min {}, p-min {}",
-                if matches!(drafter, Drafter::Mtp { .. }) { "MTP heads" } else { "a draft model" },
-                plan.reason,
-                plan.draft_max,
-                plan.draft_min,
-                plan.p_min
-            ),
-        }
+        let (decoder, n_batch) = create_decoder(backend, model, draft_model, plan, config)?;
 
         let vocab = model.vocab();
         let token_text = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
@@ -309,10 +185,10 @@ impl<'m> Session<'m> {
         let session = Self {
             model,
             decoder,
-            depth: DraftDepth::new(plan.draft_max),
+            depth: DraftDepth::new(plan.draft_max, plan.always),
             cached: Vec::new(),
             n_swa,
-            n_batch: n_batch as usize,
+            n_batch,
             bos_text,
             shutting_down,
         };
@@ -375,6 +251,8 @@ impl<'m> Session<'m> {
             }
         };
 
+        // What the drafter evaluated for the last reply's upkeep is no part of this request.
+        self.decoder.take_catch_up();
         let keep = self.reuse_prefix(&tokens);
         if events.send(Event::Started { prompt_tokens, cached_tokens: keep as u32 }).is_err() {
             return;
@@ -443,7 +321,7 @@ impl<'m> Session<'m> {
             "re-evaluating the reply as the next turn will send it"
         );
         self.cached.truncate(common);
-        if let Err(e) = self.decode(&canonical[common..], Logits::None, false) {
+        if let Err(e) = self.decode(&canonical[common..], BatchKind::Prompt) {
             tracing::warn!("re-evaluating the reply failed: {e}");
         }
     }
@@ -486,9 +364,8 @@ impl<'m> Session<'m> {
             if events.is_closed() {
                 return Ok(None);
             }
-            // The last batch reaches an MTP drafter only after the first token is out.
-            let last = i + 1 == chunks;
-            last_index = self.decode(chunk, if last { Logits::Last } else { Logits::None }, last)?;
+            let kind = if i + 1 == chunks { BatchKind::PromptEnd } else { BatchKind::Prompt };
+            last_index = self.decode(chunk, kind)?;
         }
         Ok(Some(last_index))
     }
@@ -496,8 +373,8 @@ impl<'m> Session<'m> {
     /// Evaluates tokens at the next cache positions and records them as cached; returns the
     /// batch index of the last token. On failure the cache is cleared, since llama.cpp's state
     /// is then unknown.
-    fn decode(&mut self, tokens: &[LlamaToken], logits: Logits, mirror_later: bool) -> Result<i32, EngineError> {
-        if let Err(e) = self.decoder.decode(tokens, self.cached.len(), logits, mirror_later) {
+    fn decode(&mut self, tokens: &[LlamaToken], kind: BatchKind) -> Result<i32, EngineError> {
+        if let Err(e) = self.decoder.decode(tokens, self.cached.len(), kind) {
             self.decoder.clear();
             self.cached.clear();
             return Err(e);
@@ -516,18 +393,20 @@ impl<'m> Session<'m> {
             speculating.row += 1;
             return Ok(speculating.row);
         }
+        let started = Instant::now();
+        if let Some(previous) = speculating.step_started {
+            let generated = speculating.proposed - speculating.drafts.len() + 1;
+            self.depth.record_cost(speculating.proposed > 0, (started - previous).as_secs_f32(), generated);
+        }
         self.end_round(speculating);
-        let depth = self.depth.next().min(room);
-        let drafts = if self.decoder.speculates() && depth > 0 {
-            self.decoder.propose(&self.cached, token, depth)
-        } else {
-            Vec::new()
-        };
+        let depth = if self.decoder.speculates() { self.depth.next().min(room) } else { 0 };
+        let drafts = if depth > 0 { self.decoder.propose(&self.cached, token, depth) } else { Vec::new() };
+        speculating.steps += 1;
+        speculating.step_started = (self.decoder.speculates() && speculating.steps > 1).then_some(started);
         let mut batch = Vec::with_capacity(drafts.len() + 1);
         batch.push(token);
         batch.extend_from_slice(&drafts);
-        let logits = if drafts.is_empty() { Logits::Last } else { Logits::All };
-        self.decode(&batch, logits, false)?;
+        self.decode(&batch, BatchKind::Generated)?;
         speculating.proposed = drafts.len();
         speculating.drafted += drafts.len() as u32;
         speculating.drafts = drafts.into();

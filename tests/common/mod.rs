@@ -17,9 +17,24 @@ pub fn gemma3_path() -> PathBuf {
     model_path("gemma-3-270m-q4_k_m.gguf")
 }
 
+/// The tiny generated `hy_v3` model with one MTP (NextN) layer and SmolLM2's tokenizer
+/// (written by scripts/fixtures.sh, which `make test` runs).
+pub fn tiny_mtp_path() -> PathBuf {
+    model_path("tiny-mtp.gguf")
+}
+
+/// The same tiny MTP model with a 260-token vocabulary of its own.
+pub fn tiny_mtp_vocab260_path() -> PathBuf {
+    model_path("tiny-mtp-vocab260.gguf")
+}
+
 fn model_path(file: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models").join(file);
-    assert!(path.exists(), "{} is missing: run `python3 models/fetch.py` (make test does)", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run `python3 models/fetch.py` and `bash scripts/fixtures.sh` (make test does)",
+        path.display()
+    );
     path
 }
 

@@ -1,0 +1,165 @@
+//! Loading: the llama.cpp backend, the model (with its MTP tensors when they are used), the
+//! draft model, and the target context with its drafter.
+
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use llama_cpp_2::context::params::{LlamaContextParams, LlamaContextType};
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::speculative::{MtpSpeculative, MtpSpeculativeParams};
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::{send_logs_to_tracing, LogOptions};
+
+use super::decoder::{Decoder, ModelDrafter, MtpDrafter};
+use super::speculation::{vocabulary_difference, Drafter, SpeculationPlan};
+use super::{EngineConfig, EngineError, FlashAttention};
+
+/// Context size used when the user gives none: enough for a long system prompt and a
+/// conversation, without allocating a 32K+ KV cache nobody asked for.
+const DEFAULT_CTX_CAP: u32 = 8192;
+
+/// llama.cpp's backend is process-wide and may be initialised once; every engine in the
+/// process shares it (tests, a draft model).
+fn backend() -> Result<&'static LlamaBackend, EngineError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            send_logs_to_tracing(LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| EngineError::LoadFailed(format!("llama.cpp backend: {e}")))
+}
+
+/// What the inference thread loads once: the models and the speculation plan.
+pub(super) struct Models {
+    pub backend: &'static LlamaBackend,
+    pub model: LlamaModel,
+    pub draft_model: Option<LlamaModel>,
+    pub plan: SpeculationPlan,
+}
+
+impl Models {
+    pub(super) fn load(config: &EngineConfig) -> Result<Self, EngineError> {
+        check_readable(&config.model_path)?;
+        let plan = SpeculationPlan::decide(&config.speculation, &config.model_path)?;
+        let backend = backend()?;
+        let load_mtp = matches!(plan.drafter, Drafter::Mtp { .. });
+        let model = load_model(backend, &config.model_path, config.n_gpu_layers, load_mtp, config)?;
+        let draft_model = match &plan.drafter {
+            Drafter::Model(path) => Some(load_draft_model(backend, &model, path, config)?),
+            _ => None,
+        };
+        Ok(Self { backend, model, draft_model, plan })
+    }
+}
+
+fn check_readable(path: &Path) -> Result<(), EngineError> {
+    std::fs::File::open(path)
+        .map(drop)
+        .map_err(|e| EngineError::ModelUnreadable { path: path.to_path_buf(), reason: e.to_string() })
+}
+
+fn load_model(
+    backend: &LlamaBackend,
+    path: &Path,
+    n_gpu_layers: u32,
+    load_mtp: bool,
+    config: &EngineConfig,
+) -> Result<LlamaModel, EngineError> {
+    check_readable(path)?;
+    // MTP tensors only when they exist and are used: an MTP context on a model loaded without
+    // them aborts the process inside llama.cpp.
+    let params = LlamaModelParams::default()
+        .with_n_gpu_layers(n_gpu_layers)
+        .with_use_mmap(config.mmap)
+        .with_use_mlock(config.mlock)
+        .with_load_mtp(load_mtp);
+    LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::ModelLoad { path: path.to_path_buf() })
+}
+
+/// Loads the draft model and checks that its tokens mean what the target's mean.
+fn load_draft_model(
+    backend: &LlamaBackend,
+    target: &LlamaModel,
+    path: &Path,
+    config: &EngineConfig,
+) -> Result<LlamaModel, EngineError> {
+    let draft = load_model(backend, path, config.speculation.n_gpu_layers_draft, false, config)?;
+    let texts = |model: &LlamaModel| -> Vec<Vec<u8>> {
+        let vocab = model.vocab();
+        (0..model.n_vocab())
+            .map(|id| vocab.text(LlamaToken(id)).map(|t| t.to_bytes().to_vec()).unwrap_or_default())
+            .collect()
+    };
+    let (target_texts, draft_texts) = (texts(target), texts(&draft));
+    let difference =
+        vocabulary_difference(target_texts.iter().map(Vec::as_slice), draft_texts.iter().map(Vec::as_slice));
+    match difference {
+        Some(difference) => Err(EngineError::SpeculationSetup(format!(
+            "the draft model {} has a different vocabulary: {difference}",
+            path.display()
+        ))),
+        None => Ok(draft),
+    }
+}
+
+/// Creates the target context and its drafter; returns them with the logical batch size.
+pub(super) fn create_decoder<'m>(
+    backend: &LlamaBackend,
+    model: &'m LlamaModel,
+    draft_model: Option<&'m LlamaModel>,
+    plan: &SpeculationPlan,
+    config: &EngineConfig,
+) -> Result<(Decoder<'m>, usize), EngineError> {
+    let n_ctx_train = model.n_ctx_train();
+    let n_ctx = config.ctx_size.unwrap_or_else(|| n_ctx_train.min(DEFAULT_CTX_CAP)).max(16);
+    let flash = match config.flash_attention {
+        FlashAttention::Auto => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO,
+        FlashAttention::On => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        FlashAttention::Off => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    };
+    let n_batch = config.batch_size.clamp(1, n_ctx);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(n_ctx))
+        .with_n_batch(n_batch)
+        .with_n_ubatch(config.ubatch_size.clamp(1, n_batch))
+        .with_n_threads(config.threads.max(1) as i32)
+        .with_n_threads_batch(config.threads_batch.max(1) as i32)
+        .with_flash_attention_policy(flash)
+        .with_swa_full(config.swa_full);
+    let context_error =
+        |e: llama_cpp_2::LlamaContextLoadError| EngineError::ContextCreate { n_ctx, reason: e.to_string() };
+    let ctx = model.new_context(backend, params.clone()).map_err(context_error)?;
+    let decoder = match (&plan.drafter, draft_model) {
+        (Drafter::Mtp { .. }, _) => {
+            let draft =
+                model.new_context(backend, params.with_context_type(LlamaContextType::Mtp)).map_err(context_error)?;
+            let limits =
+                MtpSpeculativeParams { n_max: plan.draft_max as i32, n_min: plan.draft_min as i32, p_min: plan.p_min };
+            let spec = MtpSpeculative::new(ctx, draft, limits)
+                .map_err(|e| EngineError::SpeculationSetup(format!("MTP: {e}")))?;
+            Decoder::Mtp(MtpDrafter::new(spec))
+        }
+        (Drafter::Model(_), Some(draft_model)) => {
+            let draft = draft_model.new_context(backend, params).map_err(context_error)?;
+            Decoder::Model(ModelDrafter::new(ctx, draft, n_batch as usize, plan.p_min, plan.draft_min as usize))
+        }
+        _ => Decoder::Plain(ctx),
+    };
+    match &plan.drafter {
+        Drafter::None => tracing::info!("speculative decoding off: {}", plan.reason),
+        drafter => tracing::info!(
+            "speculative decoding with {}: {}; draft max {}, min {}, p-min {}",
+            if matches!(drafter, Drafter::Mtp { .. }) { "MTP heads" } else { "a draft model" },
+            plan.reason,
+            plan.draft_max,
+            plan.draft_min,
+            plan.p_min
+        ),
+    }
+    Ok((decoder, n_batch as usize))
+}

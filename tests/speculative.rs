@@ -1,0 +1,204 @@
+//! Speculative decoding against real models: the tiny generated MTP model (its NextN head
+//! drafts) and SmolLM2 drafting for itself. Output with speculation equals output without,
+//! token for token (greedy and seeded sampling, with and without a tool-call grammar); the
+//! prefix cache stays exact across turns in both contexts; bad set-ups are refused at start-up.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{smollm2_path, spawn_server, test_config, tiny_mtp_path, tiny_mtp_vocab260_path};
+use firstword::engine::{DraftStats, SpecMode, SpeculationConfig};
+use firstword::{ChatMessage, Engine, Event, GenerationRequest, SamplingParams, Usage};
+use serde_json::{json, Value};
+
+/// An engine over `model` with the given speculation (drafting on every step, so drafts are
+/// exercised even where they do not pay off on this machine).
+fn engine(model: PathBuf, mode: SpecMode, draft_model: Option<PathBuf>) -> Engine {
+    let speculation = SpeculationConfig { mode, draft_model, always: true, ..SpeculationConfig::default() };
+    Engine::start(firstword::EngineConfig { speculation, ..test_config(model) }).expect("model loads")
+}
+
+struct Answer {
+    text: String,
+    usage: Usage,
+    draft: Option<DraftStats>,
+}
+
+fn run(engine: &Engine, messages: Vec<ChatMessage>, max_tokens: u32, sampling: SamplingParams) -> Answer {
+    let request = GenerationRequest { max_tokens: Some(max_tokens), sampling, ..GenerationRequest::chat(messages) };
+    let mut generation = engine.submit(request).expect("submitted");
+    let mut text = String::new();
+    while let Some(event) = generation.next_blocking() {
+        match event {
+            Event::Text(piece) => text.push_str(&piece),
+            Event::Finished { usage, timings, .. } => return Answer { text, usage, draft: timings.draft },
+            Event::Failed(e) => panic!("generation failed: {e}"),
+            Event::Started { .. } => {}
+        }
+    }
+    panic!("no Finished event");
+}
+
+fn conversation(user: &str) -> Vec<ChatMessage> {
+    vec![ChatMessage::system("You are a helpful assistant. Answer briefly."), ChatMessage::user(user)]
+}
+
+const PROMPTS: [&str; 3] =
+    ["Write a short story about a robot who learns to paint.", "List three uses of copper.", "What is a prime number?"];
+
+fn seeded(seed: u32) -> SamplingParams {
+    SamplingParams { temperature: 0.8, seed: Some(seed), ..SamplingParams::default() }
+}
+
+/// Runs every prompt greedily and with two seeds on both engines; asserts equal text and
+/// returns the drafter's totals.
+fn assert_same_output(plain: &Engine, speculative: &Engine, max_tokens: u32) -> DraftStats {
+    let mut total = DraftStats::default();
+    for prompt in PROMPTS {
+        for sampling in [SamplingParams::greedy(), seeded(1), seeded(2)] {
+            let expected = run(plain, conversation(prompt), max_tokens, sampling.clone());
+            let got = run(speculative, conversation(prompt), max_tokens, sampling.clone());
+            assert_eq!(got.text, expected.text, "{prompt:?} with {sampling:?}");
+            assert_eq!(got.usage.completion_tokens, expected.usage.completion_tokens);
+            assert!(expected.draft.is_none(), "no draft counts without speculation");
+            let draft = got.draft.expect("draft counts with speculation");
+            assert!(draft.accepted <= draft.drafted, "{draft:?}");
+            total.drafted += draft.drafted;
+            total.accepted += draft.accepted;
+        }
+    }
+    total
+}
+
+#[test]
+fn mtp_output_equals_plain_decoding_and_most_drafts_are_accepted() {
+    let plain = engine(tiny_mtp_path(), SpecMode::None, None);
+    let mtp = engine(tiny_mtp_path(), SpecMode::Mtp, None);
+    let total = assert_same_output(&plain, &mtp, 64);
+    let rate = f64::from(total.accepted) / f64::from(total.drafted);
+    eprintln!("MTP: {total:?}, acceptance {rate:.2}");
+    // The fixture's MTP head agrees with the model on 70% of next-next tokens.
+    assert!(total.drafted > 100 && (0.4..0.95).contains(&rate), "{total:?}, acceptance {rate:.2}");
+}
+
+#[test]
+fn auto_picks_mtp_for_a_model_with_nextn_layers() {
+    let auto = engine(tiny_mtp_path(), SpecMode::Auto, None);
+    let answer = run(&auto, conversation(PROMPTS[1]), 16, SamplingParams::greedy());
+    assert!(answer.draft.is_some_and(|d| d.drafted > 0), "{:?}", answer.draft);
+}
+
+#[test]
+fn a_model_drafting_for_itself_is_accepted_nearly_always_and_changes_nothing() {
+    let plain = engine(smollm2_path(), SpecMode::None, None);
+    let self_draft = engine(smollm2_path(), SpecMode::Draft, Some(smollm2_path()));
+    let total = assert_same_output(&plain, &self_draft, 48);
+    let rate = f64::from(total.accepted) / f64::from(total.drafted);
+    eprintln!("self-draft: {total:?}, acceptance {rate:.2}");
+    assert!(total.drafted > 50 && rate > 0.9, "{total:?}, acceptance {rate:.2}");
+}
+
+/// Turn 2 reuses turn 1's prompt and reply in the target, and the drafter evaluates only the
+/// new suffix too.
+fn assert_turns_stay_cached(engine: &Engine) {
+    let mut messages = conversation(PROMPTS[0]);
+    let first = run(engine, messages.clone(), 32, SamplingParams::greedy());
+    messages.push(ChatMessage::assistant(first.text.clone()));
+    messages.push(ChatMessage::user("Now make it shorter."));
+    let second = run(engine, messages, 32, SamplingParams::greedy());
+    let (cached, prompt) = (second.usage.cached_tokens, second.usage.prompt_tokens);
+    assert!(
+        cached + 1 >= first.usage.prompt_tokens + first.usage.completion_tokens,
+        "turn 2 cached {cached}; turn 1 was {} + {}",
+        first.usage.prompt_tokens,
+        first.usage.completion_tokens
+    );
+    let catch_up = second.draft.expect("draft counts").catch_up;
+    eprintln!("turn 2: cached {cached} of {prompt}, drafter caught up {catch_up}");
+    assert!(
+        catch_up <= prompt - cached + 2,
+        "the drafter evaluated {catch_up} tokens for a {} token suffix",
+        prompt - cached
+    );
+}
+
+#[test]
+fn turns_stay_cached_in_both_contexts() {
+    assert_turns_stay_cached(&engine(tiny_mtp_path(), SpecMode::Mtp, None));
+    assert_turns_stay_cached(&engine(smollm2_path(), SpecMode::Draft, Some(smollm2_path())));
+}
+
+fn forced_tool_call() -> Value {
+    json!({
+        "messages": [{"role": "user", "content": "What is the weather in Paris and in Rome?"}],
+        "tools": [{"type": "function", "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}
+            }, "required": ["city", "unit"]}
+        }}],
+        "tool_choice": "required",
+        "temperature": 0,
+        "max_tokens": 96
+    })
+}
+
+async fn calls(base: &str) -> (Vec<Value>, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&forced_tool_call())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.expect("JSON");
+    let calls = body["choices"][0]["message"]["tool_calls"].as_array().expect("tool calls").clone();
+    (calls.iter().map(|c| c["function"].clone()).collect(), body["timings"].clone())
+}
+
+#[tokio::test]
+async fn grammar_constrained_tool_calls_are_the_same_with_speculation() {
+    for (plain, speculative) in [
+        (engine(smollm2_path(), SpecMode::None, None), engine(smollm2_path(), SpecMode::Draft, Some(smollm2_path()))),
+        (engine(tiny_mtp_path(), SpecMode::None, None), engine(tiny_mtp_path(), SpecMode::Mtp, None)),
+    ] {
+        let (plain, speculative) = (spawn_server(plain), spawn_server(speculative));
+        let (expected, plain_timings) = calls(&plain.base).await;
+        let (got, timings) = calls(&speculative.base).await;
+        assert!(!expected.is_empty());
+        assert_eq!(got, expected);
+        eprintln!("tool call {got:?}, timings {timings}");
+        assert!(plain_timings.get("draft_n").is_none(), "{plain_timings}");
+        let (drafted, accepted) =
+            (timings["draft_n"].as_u64().expect("draft_n"), timings["draft_n_accepted"].as_u64().expect("accepted"));
+        assert!(drafted > 0 && accepted <= drafted, "{timings}");
+    }
+}
+
+fn serve_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_firstword"))
+        .args(["serve", "--port", "0", "-c", "512", "-m"])
+        .args(args)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success(), "{args:?} started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn bad_speculation_setups_are_refused_at_start_up() {
+    let smollm2 = smollm2_path().to_string_lossy().into_owned();
+    let other_vocab = tiny_mtp_vocab260_path().to_string_lossy().into_owned();
+    let stderr = serve_fails(&[&smollm2, "--spec", "mtp"]);
+    assert!(stderr.contains("has no MTP (NextN) layers"), "{stderr}");
+    let stderr = serve_fails(&[&smollm2, "--spec", "draft"]);
+    assert!(stderr.contains("--spec draft needs --draft-model"), "{stderr}");
+    let stderr = serve_fails(&[&smollm2, "--draft-model", &other_vocab]);
+    assert!(stderr.contains("different vocabulary") && stderr.contains("49152") && stderr.contains("260"), "{stderr}");
+    let stderr = serve_fails(&[&smollm2, "--draft-model", &smollm2, "--draft-min", "5", "--draft-max", "4"]);
+    assert!(stderr.contains("--draft-min (5) is larger than --draft-max (4)"), "{stderr}");
+}
