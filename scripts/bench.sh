@@ -2,6 +2,9 @@
 # Starts firstword and, if LLAMA_SERVER points at a llama-server binary, llama-server on the
 # same model (one slot each, same threads and context), then runs `firstword bench` on both.
 # Usage: scripts/bench.sh MODEL [extra `firstword bench` args: --reps, --csv, --plot, ...]
+# FIRSTWORD_ARGS: extra `firstword serve` flags. COMPARE_ARGS: also start a second firstword with
+# these flags instead, e.g. speculation on vs off:
+#   FIRSTWORD_ARGS="--spec none" COMPARE_ARGS="--spec mtp" scripts/bench.sh models/tiny-mtp.gguf
 set -euo pipefail
 model=${1:?model path}; shift
 ctx=${CTX:-8192}
@@ -27,10 +30,21 @@ wait_healthy() {  # PORT PID
   echo "server on port $1 did not become healthy" >&2; return 1
 }
 
+# shellcheck disable=SC2206 # flags are words
+base_args=(${FIRSTWORD_ARGS:-})
 port_free 18080
-./target/release/firstword serve -m "$model" --port 18080 -c "$ctx" -t "$threads" --threads-batch "$threads" 2>/tmp/firstword-bench.log &
-pids+=($!); servers=(--url http://127.0.0.1:18080 --name firstword --pid $!)
+./target/release/firstword serve -m "$model" --port 18080 -c "$ctx" -t "$threads" --threads-batch "$threads" "${base_args[@]}" 2>/tmp/firstword-bench.log &
+pids+=($!); servers=(--url http://127.0.0.1:18080 --name "firstword${FIRSTWORD_ARGS:+ $FIRSTWORD_ARGS}" --pid $!)
 wait_healthy 18080 $!
+
+if [ -n "${COMPARE_ARGS:-}" ]; then
+  # shellcheck disable=SC2206 # flags are words
+  compare_args=($COMPARE_ARGS)
+  port_free 18082
+  ./target/release/firstword serve -m "$model" --port 18082 -c "$ctx" -t "$threads" --threads-batch "$threads" "${compare_args[@]}" 2>/tmp/firstword-bench-compare.log &
+  pids+=($!); servers+=(--url http://127.0.0.1:18082 --name "firstword $COMPARE_ARGS" --pid $!)
+  wait_healthy 18082 $!
+fi
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
   port_free 18081

@@ -165,6 +165,7 @@ async fn exchange(
     Ok(answer)
 }
 
+/// Token counts from `usage` and speculative-decoding counts from llama-server-style `timings`.
 fn read_usage(value: &Value, row: &mut Row) {
     let usage = &value["usage"];
     if let Some(n) = usage["prompt_tokens"].as_u64() {
@@ -175,6 +176,13 @@ fn read_usage(value: &Value, row: &mut Row) {
     }
     if let Some(n) = usage["prompt_tokens_details"]["cached_tokens"].as_u64() {
         row.cached_tokens = Some(n);
+    }
+    let timings = &value["timings"];
+    if let Some(n) = timings["draft_n"].as_u64() {
+        row.draft_n = Some(n);
+    }
+    if let Some(n) = timings["draft_n_accepted"].as_u64() {
+        row.draft_n_accepted = Some(n);
     }
 }
 

@@ -53,6 +53,10 @@ pub struct Row {
     pub completion_tokens: Option<u64>,
     /// Generated tokens per second after the first.
     pub decode_tok_s: Option<f64>,
+    /// Tokens drafted by speculative decoding, from llama-server-style `timings.draft_n`.
+    pub draft_n: Option<u64>,
+    /// Of these, accepted (`timings.draft_n_accepted`).
+    pub draft_n_accepted: Option<u64>,
     /// HTTP status (0: no answer).
     pub http_status: u16,
     /// Why the request failed or the check did not pass; empty when fine.
@@ -75,6 +79,8 @@ impl Row {
             cached_tokens: None,
             completion_tokens: None,
             decode_tok_s: None,
+            draft_n: None,
+            draft_n_accepted: None,
             http_status: 0,
             error: String::new(),
         }
@@ -150,6 +156,8 @@ pub struct Summary {
     pub errors: usize,
     /// Peak resident memory (VmHWM), MB, when a PID was given.
     pub peak_rss_mb: Option<f64>,
+    /// Speculative decoding over all answers that reported it: (drafted, accepted).
+    pub drafts: Option<(u64, u64)>,
 }
 
 impl Summary {
@@ -230,6 +238,13 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                     })
                     .count(),
                 peak_rss_mb: peak_rss_mb.iter().find(|(name, _)| name == server).map(|(_, mb)| *mb),
+                drafts: mine.iter().filter(|r| r.ok()).fold(None, |total, r| match (r.draft_n, r.draft_n_accepted) {
+                    (Some(drafted), Some(accepted)) => {
+                        let (d, a) = total.unwrap_or((0, 0));
+                        Some((d + drafted, a + accepted))
+                    }
+                    _ => total,
+                }),
             }
         })
         .collect()
@@ -361,6 +376,13 @@ pub fn table(summaries: &[Summary]) -> String {
         if let Some(reason) = &s.tool_failure {
             out.push_str(&format!("  {} tool check: {reason}\n", s.server));
         }
+        if let Some((drafted, accepted)) = s.drafts.filter(|&(drafted, _)| drafted > 0) {
+            out.push_str(&format!(
+                "  {} speculative decoding: {accepted} of {drafted} drafted tokens accepted ({:.0}%)\n",
+                s.server,
+                100.0 * accepted as f64 / drafted as f64
+            ));
+        }
     }
     out
 }
@@ -392,9 +414,9 @@ mod tests {
         let text = String::from_utf8(out).expect("utf8");
         assert_eq!(
             text.lines().next(),
-            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,http_status,error")
+            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error")
         );
-        assert!(text.contains("a,1,cold,1,1.0,,,,,,,200,"), "{text}");
+        assert!(text.contains("a,1,cold,1,1.0,,,,,,,,,200,"), "{text}");
     }
 
     #[test]

@@ -285,8 +285,11 @@ impl Engine {
     /// upkeep that follows each reply, so llama.cpp is idle until the next submission. Call it
     /// before the process exits while a handle is still alive elsewhere (a static, another
     /// thread): exiting while llama.cpp computes can crash in its teardown. Not for use inside an
-    /// async runtime's worker.
+    /// async runtime's worker. Returns at once while the model loads or after it failed.
     pub fn wait_idle_blocking(&self) {
+        if self.loaded().is_err() {
+            return;
+        }
         let (reply, answer) = mpsc::channel();
         if self.shared.commands.send(Command::Idle(reply)).is_ok() {
             let _ = answer.recv();
