@@ -297,6 +297,14 @@ impl<'m> Decoder<'m> {
         }
     }
 
+    /// Shows an MTP drafter the prompt batch it has not seen yet (the reply ended before any
+    /// draft was asked for), so the next request does not pay for it.
+    pub(crate) fn mirror_pending(&mut self) {
+        if let Self::Mtp(mtp) = self {
+            mtp.flush();
+        }
+    }
+
     /// A new reply starts.
     pub(crate) fn begin_reply(&mut self) {
         if let Self::Mtp(mtp) = self {

@@ -293,6 +293,8 @@ impl<'m> Session<'m> {
             }
             Outcome::Cancelled => tracing::debug!("client left; generation stopped"),
         }
+        // After the answer: the MTP context catches up with a prompt batch it has not seen yet.
+        self.decoder.mirror_pending();
         // The last sampled token (end-of-turn, or the one that hit the limit) was never
         // evaluated: the next turn prefills it with its new suffix, in the same batch, for free.
     }
