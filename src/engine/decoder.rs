@@ -1,6 +1,8 @@
 //! The target context and whatever drafts for it. Every batch the target evaluates and every
 //! cut of its cache goes through here, so a drafter's own context always mirrors the target's.
 
+use std::time::{Duration, Instant};
+
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::speculative::MtpSpeculative;
@@ -50,6 +52,15 @@ pub(crate) enum Decoder<'m> {
     Mtp(MtpDrafter<'m>),
     /// A separate draft model with the same vocabulary.
     Model(ModelDrafter<'m>),
+}
+
+/// A drafter's proposal.
+pub(crate) struct Proposal {
+    /// The drafted tokens.
+    pub drafts: Vec<LlamaToken>,
+    /// Time spent first following the target's cache (prompt tokens the drafter had not seen),
+    /// a cost of the turn rather than of this step.
+    pub catch_up_time: Duration,
 }
 
 /// MTP drafting through llama.cpp's `common_speculative` (via `llama-cpp-2`).
@@ -105,8 +116,10 @@ impl<'m> MtpDrafter<'m> {
         }
     }
 
-    fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Vec<LlamaToken> {
+    fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Proposal {
+        let started = Instant::now();
         self.flush();
+        let catch_up_time = started.elapsed();
         self.settle(0);
         if !self.begun {
             self.begun = true;
@@ -114,7 +127,7 @@ impl<'m> MtpDrafter<'m> {
                 tracing::warn!("MTP begin failed: {e}");
             }
         }
-        match self.spec.draft(history.len() as i32, id_last, history) {
+        let drafts = match self.spec.draft(history.len() as i32, id_last, history) {
             Ok(mut drafts) => {
                 self.accept_owed = !drafts.is_empty();
                 drafts.truncate(max);
@@ -124,7 +137,8 @@ impl<'m> MtpDrafter<'m> {
                 tracing::warn!("MTP draft failed: {e}");
                 Vec::new()
             }
-        }
+        };
+        Proposal { drafts, catch_up_time }
     }
 
     /// Tells llama.cpp how many drafted tokens were accepted, if it is waiting for that.
@@ -151,7 +165,8 @@ impl<'m> ModelDrafter<'m> {
     /// Brings the draft context to `history` + `id_last`, then drafts greedily until `max`
     /// tokens or a token below `p_min`. The catch-up happens here, after the target has produced
     /// its first token, never before it.
-    fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Vec<LlamaToken> {
+    fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Proposal {
+        let started = Instant::now();
         let mut keep = common_prefix_len(&self.cached, history);
         if keep < self.cached.len() && self.draft.kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
             keep = 0;
@@ -164,11 +179,18 @@ impl<'m> ModelDrafter<'m> {
         self.catch_up += pending.len() as u32;
         pending.push(id_last);
         let mut drafts = Vec::new();
-        for chunk in pending.chunks(self.n_batch) {
+        // Evaluating id_last is drafting; what comes before it is catching up.
+        let (behind, last) = pending.split_at(pending.len() - 1);
+        for chunk in behind.chunks(self.n_batch) {
             if let Err(e) = self.evaluate(chunk) {
                 tracing::warn!("draft model: {e}");
-                return drafts;
+                return Proposal { drafts, catch_up_time: started.elapsed() };
             }
+        }
+        let catch_up_time = started.elapsed();
+        if let Err(e) = self.evaluate(last) {
+            tracing::warn!("draft model: {e}");
+            return Proposal { drafts, catch_up_time };
         }
         loop {
             let (token, probability) = most_likely(self.draft.get_logits_ith(-1));
@@ -187,7 +209,12 @@ impl<'m> ModelDrafter<'m> {
         if drafts.len() < self.n_min {
             drafts.clear();
         }
-        drafts
+        Proposal { drafts, catch_up_time }
+    }
+
+    /// Tokens of `history` the draft context does not hold yet.
+    fn backlog(&self, history: &[LlamaToken]) -> usize {
+        history.len() - common_prefix_len(&self.cached, history)
     }
 
     fn evaluate(&mut self, tokens: &[LlamaToken]) -> Result<(), EngineError> {
@@ -314,11 +341,20 @@ impl<'m> Decoder<'m> {
 
     /// Up to `max` tokens likely to follow `history` + `id_last` (the target's cache holds
     /// `history`; `id_last` is the token just picked, not evaluated yet).
-    pub(crate) fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Vec<LlamaToken> {
+    pub(crate) fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Proposal {
         match self {
-            Self::Plain(_) => Vec::new(),
+            Self::Plain(_) => Proposal { drafts: Vec::new(), catch_up_time: Duration::ZERO },
             Self::Mtp(mtp) => mtp.propose(history, id_last, max),
             Self::Model(model) => model.propose(history, id_last, max),
+        }
+    }
+
+    /// Tokens of `history` the drafter would have to evaluate before drafting after it (an MTP
+    /// context follows every batch and is never behind).
+    pub(crate) fn backlog(&self, history: &[LlamaToken]) -> usize {
+        match self {
+            Self::Model(model) => model.backlog(history),
+            Self::Plain(_) | Self::Mtp(_) => 0,
         }
     }
 

@@ -192,6 +192,9 @@ pub(crate) struct DraftDepth {
 
 /// Steps between measurements of the way not currently preferred.
 pub(crate) const PROBE_EVERY: u64 = 16;
+/// While drafting is paused, a probe is skipped when the drafter would first have to evaluate
+/// more than this many tokens it has not seen (a whole new prompt for a paused draft model).
+pub(crate) const PROBE_MAX_BACKLOG: usize = 256;
 
 impl DraftDepth {
     pub(crate) fn new(ceiling: u32, always: bool) -> Self {
@@ -199,8 +202,9 @@ impl DraftDepth {
         Self { ceiling, average_run: ceiling.min(4) as f32 - 1.0, plain_cost: None, draft_cost: None, steps: 0, always }
     }
 
-    /// Tokens to draft and verify in the next step; 0 for a plain step.
-    pub(crate) fn next(&mut self) -> usize {
+    /// Tokens to draft and verify in the next step, for a drafter `backlog` tokens behind the
+    /// target; 0 for a plain step.
+    pub(crate) fn next(&mut self, backlog: usize) -> usize {
         self.steps += 1;
         let drafting = ((self.average_run + 1.0).round() as usize).clamp(1, self.ceiling);
         if self.always {
@@ -208,7 +212,7 @@ impl DraftDepth {
         }
         let Some(plain) = self.plain_cost else { return 0 };
         let prefer_drafts = self.draft_cost.is_none_or(|cost| cost <= plain);
-        let probe = self.steps % PROBE_EVERY == 0;
+        let probe = self.steps % PROBE_EVERY == 0 && (prefer_drafts || backlog <= PROBE_MAX_BACKLOG);
         if prefer_drafts != probe {
             drafting
         } else {
@@ -289,26 +293,26 @@ mod tests {
     #[test]
     fn depth_follows_acceptance() {
         let mut depth = DraftDepth::new(8, false);
-        assert_eq!(depth.next(), 0, "plain decoding is measured first");
+        assert_eq!(depth.next(0), 0, "plain decoding is measured first");
         depth.record_cost(false, 0.010, 1);
-        let start = depth.next();
+        let start = depth.next(0);
         for _ in 0..10 {
-            let d = depth.next();
+            let d = depth.next(0);
             depth.record(d, d);
         }
-        assert_eq!(depth.next(), 8, "all accepted: up to the ceiling");
+        assert_eq!(depth.next(0), 8, "all accepted: up to the ceiling");
         for _ in 0..10 {
-            let d = depth.next();
+            let d = depth.next(0);
             depth.record(d, 0);
         }
-        assert_eq!(depth.next(), 1, "none accepted: one token");
+        assert_eq!(depth.next(0), 1, "none accepted: one token");
         assert!(start > 1 && start <= 4);
         let mut half = DraftDepth::new(8, false);
         half.record_cost(false, 0.010, 1);
         for _ in 0..20 {
             half.record(4, 2);
         }
-        assert_eq!(half.next(), 3);
+        assert_eq!(half.next(0), 3);
     }
 
     #[test]
@@ -316,16 +320,18 @@ mod tests {
         let mut depth = DraftDepth::new(4, false);
         depth.record_cost(false, 0.010, 1);
         depth.record_cost(true, 0.030, 2);
-        let steps: Vec<usize> = (0..2 * PROBE_EVERY).map(|_| depth.next()).collect();
+        let steps: Vec<usize> = (0..2 * PROBE_EVERY).map(|_| depth.next(0)).collect();
         assert_eq!(steps.iter().filter(|&&d| d > 0).count(), 2, "only probes draft: {steps:?}");
+        let far_behind: Vec<usize> = (0..2 * PROBE_EVERY).map(|_| depth.next(PROBE_MAX_BACKLOG + 1)).collect();
+        assert!(far_behind.iter().all(|&d| d == 0), "no probe that must first catch up a prompt");
         depth.record_cost(true, 0.004, 4);
         depth.record_cost(true, 0.004, 4);
         depth.record_cost(true, 0.004, 4);
-        let steps: Vec<usize> = (0..2 * PROBE_EVERY).map(|_| depth.next()).collect();
+        let steps: Vec<usize> = (0..2 * PROBE_EVERY).map(|_| depth.next(0)).collect();
         assert_eq!(steps.iter().filter(|&&d| d == 0).count(), 2, "only probes plain: {steps:?}");
         let mut always = DraftDepth::new(4, true);
         always.record_cost(false, 0.001, 1);
         always.record_cost(true, 1.0, 1);
-        assert!((0..2 * PROBE_EVERY).all(|_| always.next() > 0));
+        assert!((0..2 * PROBE_EVERY).all(|_| always.next(0) > 0));
     }
 }

@@ -118,11 +118,8 @@ struct Speculating {
     proposed: usize,
     /// Batch row of the logits for the next token.
     row: i32,
-    /// When the last step started; `None` for the reply's first (it includes the drafter's
-    /// catch-up with the prompt, not a fair measure of a step's cost).
+    /// When the last step started (after the drafter caught up), with speculation on.
     step_started: Option<Instant>,
-    /// Verification steps so far.
-    steps: u32,
     drafted: u32,
     accepted: u32,
 }
@@ -401,10 +398,19 @@ impl<'m> Session<'m> {
             self.depth.record_cost(speculating.proposed > 0, (started - previous).as_secs_f32(), generated);
         }
         self.end_round(speculating);
-        let depth = if self.decoder.speculates() { self.depth.next().min(room) } else { 0 };
-        let drafts = if depth > 0 { self.decoder.propose(&self.cached, token, depth) } else { Vec::new() };
-        speculating.steps += 1;
-        speculating.step_started = (self.decoder.speculates() && speculating.steps > 1).then_some(started);
+        let (drafts, catch_up_time) = if self.decoder.speculates() {
+            match self.depth.next(self.decoder.backlog(&self.cached)).min(room) {
+                0 => (Vec::new(), Duration::ZERO),
+                depth => {
+                    let proposal = self.decoder.propose(&self.cached, token, depth);
+                    (proposal.drafts, proposal.catch_up_time)
+                }
+            }
+        } else {
+            (Vec::new(), Duration::ZERO)
+        };
+        // A step's cost leaves out the drafter's catch-up with the prompt.
+        speculating.step_started = self.decoder.speculates().then_some(started + catch_up_time);
         let mut batch = Vec::with_capacity(drafts.len() + 1);
         batch.push(token);
         batch.extend_from_slice(&drafts);
