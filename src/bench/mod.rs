@@ -158,7 +158,15 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
     /// prompt with it (decode after the long prompt, the tool calls), and last the short-prompt
     /// decode, which shares nothing.
     async fn all_scenarios(&mut self) {
-        let nonce = format!("Session {}-{}-{}.\n", self.rep, self.target.name, std::process::id());
+        // Unique per server and repetition (no cache carries over), and equally long for every
+        // server, so all evaluate the same number of prompt tokens.
+        let server_tag = {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            self.target.name.hash(&mut hasher);
+            hasher.finish() % 100_000
+        };
+        let nonce = format!("Session {}-{server_tag:05}-{}.\n", self.rep, std::process::id());
         let system = nonce + &self.config.system_prompt;
         let mut messages = vec![json!({"role": "system", "content": system})];
         for turn in 1..=self.config.turns {

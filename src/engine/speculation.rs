@@ -193,8 +193,12 @@ pub(crate) struct DraftDepth {
 /// Steps between measurements of the way not currently preferred.
 pub(crate) const PROBE_EVERY: u64 = 16;
 /// While drafting is paused, a probe is skipped when the drafter would first have to evaluate
-/// more than this many tokens it has not seen (a whole new prompt for a paused draft model).
-pub(crate) const PROBE_MAX_BACKLOG: usize = 256;
+/// more than this many tokens it has not seen: a paused draft model falls behind, and catching
+/// up only to measure again would cost more than the pause saves. It is measured again anyway
+/// every [`FORCED_PROBE_EVERY`] steps.
+pub(crate) const PROBE_MAX_BACKLOG: usize = 2 * PROBE_EVERY as usize;
+/// Steps between probes that ignore the backlog.
+pub(crate) const FORCED_PROBE_EVERY: u64 = 64 * PROBE_EVERY;
 
 impl DraftDepth {
     pub(crate) fn new(ceiling: u32, always: bool) -> Self {
@@ -212,7 +216,8 @@ impl DraftDepth {
         }
         let Some(plain) = self.plain_cost else { return 0 };
         let prefer_drafts = self.draft_cost.is_none_or(|cost| cost <= plain);
-        let probe = self.steps % PROBE_EVERY == 0 && (prefer_drafts || backlog <= PROBE_MAX_BACKLOG);
+        let probe = self.steps % FORCED_PROBE_EVERY == 0
+            || self.steps % PROBE_EVERY == 0 && (prefer_drafts || backlog <= PROBE_MAX_BACKLOG);
         if prefer_drafts != probe {
             drafting
         } else {
@@ -322,8 +327,8 @@ mod tests {
         depth.record_cost(true, 0.030, 2);
         let steps: Vec<usize> = (0..2 * PROBE_EVERY).map(|_| depth.next(0)).collect();
         assert_eq!(steps.iter().filter(|&&d| d > 0).count(), 2, "only probes draft: {steps:?}");
-        let far_behind: Vec<usize> = (0..2 * PROBE_EVERY).map(|_| depth.next(PROBE_MAX_BACKLOG + 1)).collect();
-        assert!(far_behind.iter().all(|&d| d == 0), "no probe that must first catch up a prompt");
+        let far_behind: Vec<usize> = (0..FORCED_PROBE_EVERY).map(|_| depth.next(PROBE_MAX_BACKLOG + 1)).collect();
+        assert_eq!(far_behind.iter().filter(|&&d| d > 0).count(), 1, "only the forced probe catches up");
         depth.record_cost(true, 0.004, 4);
         depth.record_cost(true, 0.004, 4);
         depth.record_cost(true, 0.004, 4);
