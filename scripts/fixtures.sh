@@ -10,7 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=target/fixtures-venv
-stamp="$venv/firstword-pins.txt"
 # gguf and its dependencies, exactly as pip resolved them when the generator was written.
 pins="certifi==2026.10.19.post1
 charset-normalizer==3.5.3
@@ -22,20 +21,11 @@ requests==2.34.2
 tqdm==4.70.1
 urllib3==2.8.0"
 
+# shellcheck source=scripts/pinned-venv.sh
+source scripts/pinned-venv.sh
+ensure_pinned_venv "$venv" "$pins" fixtures
 python="$PWD/$venv/bin/python"
-
-# The stamp is written only after a complete install, so a partial venv is rebuilt.
-if ! [ -x "$python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$pins" ]; then
-  echo "fixtures: installing gguf into $venv" >&2
-  rm -f "$stamp"
-  if ! python3 -m venv --clear "$venv" >&2; then
-    echo "fixtures: python3 -m venv failed; on Debian/Ubuntu install python3-venv" >&2
-    exit 1
-  fi
-  # shellcheck disable=SC2086 # one pin per word
-  "$python" -m pip install --quiet --disable-pip-version-check $pins >&2
-  echo "$pins" >"$stamp"
-fi
+stamp="$venv/firstword-pins.txt"
 
 generator=tests/fixtures/make_tiny_mtp.py
 tokenizer=models/SmolLM2-135M-Instruct.Q4_1.gguf

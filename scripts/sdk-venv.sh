@@ -6,7 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=target/sdk-venv
-stamp="$venv/firstword-pins.txt"
 # openai and its dependencies, exactly as pip resolved them when the test was written.
 pins="annotated-types==0.8.0
 anyio==4.16.0
@@ -23,22 +22,7 @@ truststore==0.10.5
 typing-inspection==0.4.5
 typing_extensions==4.16.0"
 
-python="$PWD/$venv/bin/python"
-
-# The stamp is written only after a complete install, so a partial venv is rebuilt.
-if [ -x "$python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$pins" ]; then
-  echo "$python"
-  exit 0
-fi
-
-echo "sdk-venv: installing the openai SDK into $venv" >&2
-rm -f "$stamp"
-if ! python3 -m venv --clear "$venv" >&2; then
-  echo "sdk-venv: python3 -m venv failed; on Debian/Ubuntu install python3-venv" >&2
-  exit 1
-fi
-# pip's own output goes to stderr: stdout ends with the python path only.
-# shellcheck disable=SC2086 # one pin per word
-"$python" -m pip install --quiet --disable-pip-version-check $pins >&2
-echo "$pins" >"$stamp"
-echo "$python"
+# shellcheck source=scripts/pinned-venv.sh
+source scripts/pinned-venv.sh
+ensure_pinned_venv "$venv" "$pins" sdk-venv
+echo "$PWD/$venv/bin/python"
