@@ -227,9 +227,9 @@ impl DraftDepth {
         }
     }
 
-    /// Tokens to draft and verify in the next step, for a drafter `backlog` tokens behind the
-    /// target; 0 for a plain step.
-    pub(crate) fn next(&mut self, backlog: usize) -> usize {
+    /// Tokens to draft and verify in the next step, for a drafter `backlog()` tokens behind
+    /// the target (asked only when a paused drafter is due for a probe); 0 for a plain step.
+    pub(crate) fn next(&mut self, backlog: impl FnOnce() -> usize) -> usize {
         let drafting = ((self.average_run + 1.0).round() as usize).clamp(1, self.ceiling);
         if self.always {
             return drafting;
@@ -240,7 +240,7 @@ impl DraftDepth {
         let prefer_drafts = self.prefers_drafts();
         self.since_probe += 1;
         let probe = self.since_probe >= self.probe_interval
-            && (prefer_drafts || backlog <= PROBE_MAX_BACKLOG || self.probe_interval >= MAX_PROBE_INTERVAL);
+            && (prefer_drafts || self.probe_interval >= MAX_PROBE_INTERVAL || backlog() <= PROBE_MAX_BACKLOG);
         if probe {
             self.since_probe = 0;
             self.probing = Some(prefer_drafts);
@@ -337,26 +337,26 @@ mod tests {
     #[test]
     fn depth_follows_acceptance() {
         let mut depth = DraftDepth::new(8, false);
-        assert_eq!(depth.next(0), 0, "plain decoding is measured first");
+        assert_eq!(depth.next(|| 0), 0, "plain decoding is measured first");
         depth.record_cost(false, 0.010, 1);
-        let start = depth.next(0);
+        let start = depth.next(|| 0);
         for _ in 0..10 {
-            let d = depth.next(0);
+            let d = depth.next(|| 0);
             depth.record(d, d);
         }
-        assert_eq!(depth.next(0), 8, "all accepted: up to the ceiling");
+        assert_eq!(depth.next(|| 0), 8, "all accepted: up to the ceiling");
         for _ in 0..10 {
-            let d = depth.next(0);
+            let d = depth.next(|| 0);
             depth.record(d, 0);
         }
-        assert_eq!(depth.next(0), 1, "none accepted: one token");
+        assert_eq!(depth.next(|| 0), 1, "none accepted: one token");
         assert!(start > 1 && start <= 4);
         let mut half = DraftDepth::new(8, false);
         half.record_cost(false, 0.010, 1);
         for _ in 0..20 {
             half.record(4, 2);
         }
-        assert_eq!(half.next(0), 3);
+        assert_eq!(half.next(|| 0), 3);
     }
 
     /// Drives `depth` for `steps` steps where a plain step costs `plain` and a drafting step
@@ -364,7 +364,7 @@ mod tests {
     fn drafting_steps(depth: &mut DraftDepth, steps: usize, backlog: usize, plain: f32, drafting: f32) -> usize {
         (0..steps)
             .filter(|_| {
-                let drafts = depth.next(backlog);
+                let drafts = depth.next(|| backlog);
                 depth.record_cost(drafts > 0, if drafts > 0 { drafting } else { plain }, 1);
                 drafts > 0
             })
@@ -374,7 +374,7 @@ mod tests {
     #[test]
     fn drafting_pauses_while_it_is_slower_and_probes_back_off() {
         let mut depth = DraftDepth::new(4, false);
-        assert_eq!(depth.next(0), 0, "plain decoding is measured first");
+        assert_eq!(depth.next(|| 0), 0, "plain decoding is measured first");
         depth.record_cost(false, 0.010, 1);
         // Slower drafts: tried once, then only probed, ever more rarely (16, 32, 64, ... steps).
         let slow = drafting_steps(&mut depth, 2000, 0, 0.010, 0.030);
@@ -391,6 +391,6 @@ mod tests {
         let mut always = DraftDepth::new(4, true);
         always.record_cost(false, 0.001, 1);
         always.record_cost(true, 1.0, 1);
-        assert!((0..100).all(|_| always.next(0) > 0));
+        assert!((0..100).all(|_| always.next(|| 0) > 0));
     }
 }

@@ -399,7 +399,7 @@ impl<'m> Session<'m> {
         }
         self.end_round(speculating);
         let (drafts, catch_up_time) = if self.decoder.speculates() {
-            match self.depth.next(self.decoder.backlog(&self.cached)).min(room) {
+            match self.depth.next(|| self.decoder.backlog(&self.cached)).min(room) {
                 0 => (Vec::new(), Duration::ZERO),
                 depth => {
                     let proposal = self.decoder.propose(&self.cached, token, depth);
