@@ -99,19 +99,19 @@ impl<'m> MtpDrafter<'m> {
     /// anything else: llama.cpp reads the hidden states of the target's last batch.
     fn flush(&mut self) {
         if let Some((tokens, start)) = self.deferred.take() {
-            self.mirror(&tokens, start);
+            match build_batch(&tokens, start, Logits::Last) {
+                Ok(batch) => self.mirror(&batch, start),
+                Err(e) => tracing::warn!("MTP: {e}"),
+            }
         }
     }
 
-    /// Feeds a batch the target just evaluated to the MTP context.
-    fn mirror(&mut self, tokens: &[LlamaToken], start: usize) {
-        let batch = match build_batch(tokens, start, Logits::Last) {
-            Ok(batch) => batch,
-            Err(e) => return tracing::warn!("MTP: {e}"),
-        };
+    /// Feeds a batch the target just evaluated, starting at position `start`, to the MTP
+    /// context (which ignores its logits flags).
+    fn mirror(&mut self, batch: &LlamaBatch<'_>, start: usize) {
         // Tentative entries of the last draft sit at these positions; `process` writes them anew.
         let _ = self.spec.draft_context_mut().kv_cache_seq_rm(0, Some(start as u32), None);
-        if let Err(e) = self.spec.process(&batch) {
+        if let Err(e) = self.spec.process(batch) {
             tracing::warn!("MTP context update failed ({e}); drafts may be rejected more often");
         }
     }
@@ -283,7 +283,7 @@ impl<'m> Decoder<'m> {
             if kind == BatchKind::PromptEnd {
                 mtp.deferred = Some((tokens.to_vec(), start));
             } else {
-                mtp.mirror(tokens, start);
+                mtp.mirror(&batch, start);
             }
         }
         Ok(())
