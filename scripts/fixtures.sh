@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# Generates the test models that are not downloaded: tiny GGUFs with an MTP (NextN) head, written
-# by tests/fixtures/make_tiny_mtp.py with the `gguf` Python package in target/fixtures-venv.
+# Generates the test models that are not downloaded, with the `gguf` Python package in
+# target/fixtures-venv. Random but seeded weights: the same bytes on every run.
+# Tiny GGUFs with an MTP (NextN) head, by tests/fixtures/make_tiny_mtp.py (hy_v3, F32):
 #   models/tiny-mtp.gguf          SmolLM2's tokenizer and chat template (~40 MB)
 #   models/tiny-mtp-vocab260.gguf self-contained 260-token vocabulary (<1 MB)
-# A model is rewritten when it is missing or older than the generator, the venv's pins or its
-# tokenizer source; otherwise this is a quick no-op. Needs models/SmolLM2-135M-Instruct.Q4_1.gguf
-# (`make models`).
+# Tiny models of other architectures, by tests/fixtures/make_tiny_models.py (n_embd 64, token
+# embedding and LM head F16, the rest F32; all with every tokenizer.* key of SmolLM2, so SmolLM2
+# can draft for them; greedy output never ends early, it runs to max_tokens):
+#   models/tiny-tekken.gguf       `llama`, 2 blocks, tokenizer.ggml.pre = "tekken": llama.cpp
+#                                 splits with std::regex (no custom splitter), which recurses per
+#                                 character of a long run of e.g. spaces (~15 MB)
+#   models/tiny-lfm2.gguf         `lfm2` hybrid: conv, conv, attention, conv blocks; llama.cpp can
+#                                 roll its recurrent state back (~15 MB)
+#   models/tiny-mamba.gguf        `mamba`, 2 blocks: recurrent, no rollback (~15 MB)
+#   models/tiny-gemma2.gguf       `gemma2`, 4 blocks, no attention.sliding_window key (llama.cpp
+#                                 defaults to a 4096 window), context length 8192 (~9 MB)
+# A model is rewritten when it is missing or older than its generator (or make_tiny_mtp.py,
+# whose tokenizer helpers make_tiny_models.py imports), the venv's pins or its tokenizer source;
+# otherwise this is a quick no-op. Needs models/SmolLM2-135M-Instruct.Q4_1.gguf (`make models`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,18 +39,19 @@ ensure_pinned_venv "$venv" "$pins" fixtures
 python="$PWD/$venv/bin/python"
 stamp="$venv/firstword-pins.txt"
 
-generator=tests/fixtures/make_tiny_mtp.py
+mtp_generator=tests/fixtures/make_tiny_mtp.py
+models_generator=tests/fixtures/make_tiny_models.py
 tokenizer=models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-# make_fixture OUT [generator args...]: runs the generator unless OUT is newer than the generator,
-# the pins and every argument that names a file (the tokenizer source).
+# make_fixture OUT GENERATOR [generator args...]: runs GENERATOR unless OUT is newer than it,
+# make_tiny_mtp.py, the pins and every argument that names a file (the tokenizer source).
 make_fixture() {
-  local out=$1
-  shift
+  local out=$1 generator=$2
+  shift 2
   local dep
   local stale=false
   [ -f "$out" ] || stale=true
-  for dep in "$generator" "$stamp" "$@"; do
+  for dep in "$generator" "$mtp_generator" "$stamp" "$@"; do
     if [ -f "$dep" ] && [ "$dep" -nt "$out" ]; then stale=true; fi
   done
   if $stale; then
@@ -46,5 +59,8 @@ make_fixture() {
   fi
 }
 
-make_fixture models/tiny-mtp.gguf --tokenizer-from "$tokenizer"
-make_fixture models/tiny-mtp-vocab260.gguf --tiny-vocab
+make_fixture models/tiny-mtp.gguf "$mtp_generator" --tokenizer-from "$tokenizer"
+make_fixture models/tiny-mtp-vocab260.gguf "$mtp_generator" --tiny-vocab
+for kind in tekken lfm2 mamba gemma2; do
+  make_fixture "models/tiny-$kind.gguf" "$models_generator" --kind "$kind" --tokenizer-from "$tokenizer"
+done
