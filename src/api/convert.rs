@@ -3,12 +3,18 @@
 //! Ranges follow OpenAI's API; anything this server cannot honour is refused with a 400 naming
 //! the field, never silently ignored.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use super::error::ApiError;
+use super::limits::{check_schema, check_stops, too_many, MAX_LOGIT_BIAS, MAX_TOOLS};
 use super::wire::{ChatCompletionRequest, Content, Stop, WireMessage};
 use crate::chat::{ChatMessage, Role, ToolCall};
-use crate::engine::{GenerationRequest, ModelInfo, Prompt, SamplingParams};
+use crate::engine::{GenerationRequest, ModelInfo, Prompt, SamplingParams, LARGE_STACK_BYTES};
 use crate::tools::{request_grammar, OutputSchema, ToolChoice, ToolError, ToolFormat, ToolSet, ToolSpec};
 
 /// A validated request: what to run and how to answer.
@@ -85,8 +91,11 @@ impl ChatCompletionRequest {
             None => defaults.top_k,
         };
         let repeat_last_n = match self.repeat_last_n {
-            Some(n) if n < 0 => {
-                return Err(ApiError::invalid("repeat_last_n", format!("'repeat_last_n' must be 0 or more, got {n}")))
+            Some(n) if n < 0 || n > i64::from(model.n_ctx) => {
+                return Err(ApiError::invalid(
+                    "repeat_last_n",
+                    format!("'repeat_last_n' must be between 0 and the context size {}, got {n}", model.n_ctx),
+                ))
             }
             Some(n) => i32::try_from(n).unwrap_or(i32::MAX),
             None => defaults.repeat_last_n,
@@ -114,6 +123,7 @@ impl ChatCompletionRequest {
             Some(Stop::One(s)) => vec![s],
             Some(Stop::Many(list)) => list,
         };
+        check_stops(&stop)?;
         let calls_allowed = !tools.is_empty() && choice != ToolChoice::None;
         if !tools.is_empty() && !calls_allowed {
             // The tools stay in the prompt (so it stays cached), but a call must not start.
@@ -141,8 +151,54 @@ impl ChatCompletionRequest {
     }
 }
 
+/// Longest a request may take to become an engine job (the schema limits keep real ones far
+/// below it); past it the request is refused, though its conversion runs to its end.
+const PREPARE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Validates `body` and builds its job on a thread of its own with a large stack, off the
+/// async runtime: llama.cpp's schema converter and the schema validator recurse, and a
+/// conversion takes CPU time that must not stall other connections. At most `permits`
+/// conversions run at once (one that timed out keeps its permit until it ends).
+pub(crate) async fn prepare_job(
+    permits: &Arc<Semaphore>,
+    body: ChatCompletionRequest,
+    model: ModelInfo,
+) -> Result<ChatJob, ApiError> {
+    let busy = || {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server busy: too many requests are being prepared")
+            .with_code("queue_full")
+    };
+    let permit = tokio::time::timeout(PREPARE_TIMEOUT, Arc::clone(permits).acquire_owned())
+        .await
+        .map_err(|_| busy())?
+        .map_err(|_| busy())?;
+    let (answer, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("firstword-prepare".into())
+        .stack_size(LARGE_STACK_BYTES)
+        .spawn(move || {
+            let _ = answer.send(body.into_job(&model));
+            drop(permit);
+        })
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start a thread: {e}")))?;
+    match tokio::time::timeout(PREPARE_TIMEOUT, result).await {
+        Ok(Ok(job)) => job,
+        Ok(Err(_)) => {
+            Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "preparing the request failed unexpectedly"))
+        }
+        Err(_) => Err(ApiError::bad_request(format!(
+            "preparing this request took longer than {} s; simplify its tool or response_format schemas",
+            PREPARE_TIMEOUT.as_secs()
+        ))
+        .with_code("schema_too_complex")),
+    }
+}
+
 /// `tools`: each `{"type": "function", "function": {"name", "description"?, "parameters"?}}`.
 fn convert_tools(tools: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
+    if tools.len() > MAX_TOOLS {
+        return Err(too_many("tools", "tools", tools.len(), MAX_TOOLS));
+    }
     tools
         .into_iter()
         .enumerate()
@@ -174,7 +230,10 @@ fn convert_tools(tools: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
             // No parameters: a function without arguments.
             let parameters = match function.get("parameters") {
                 None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
-                Some(schema) => schema.clone(),
+                Some(schema) => {
+                    check_schema(&param(".function.parameters"), schema)?;
+                    schema.clone()
+                }
             };
             Ok(ToolSpec { name: name.to_string(), description, parameters })
         })
@@ -218,6 +277,7 @@ fn convert_response_format(format: Option<Value>) -> Result<Option<OutputSchema>
             let schema = format.get("json_schema").and_then(|s| s.get("schema")).ok_or_else(|| {
                 ApiError::invalid("response_format.json_schema.schema", "json_schema mode needs 'json_schema.schema'")
             })?;
+            check_schema("response_format.json_schema.schema", schema)?;
             OutputSchema::new(schema).map(Some).map_err(|e| {
                 ApiError::invalid("response_format.json_schema.schema", e.to_string())
                     .with_code("invalid_response_format")
@@ -234,8 +294,12 @@ fn convert_logit_bias(
     bias: Option<std::collections::BTreeMap<String, f64>>,
     n_vocab: i32,
 ) -> Result<Vec<(i32, f32)>, ApiError> {
+    let bias = bias.unwrap_or_default();
+    if bias.len() > MAX_LOGIT_BIAS {
+        return Err(too_many("logit_bias", "logit_bias entries", bias.len(), MAX_LOGIT_BIAS));
+    }
     let mut out = Vec::new();
-    for (key, value) in bias.unwrap_or_default() {
+    for (key, value) in bias {
         let token = key.parse::<i32>().ok().filter(|t| (0..n_vocab).contains(t)).ok_or_else(|| {
             ApiError::invalid("logit_bias", format!("'{key}' is not a token id of this model (0..{n_vocab})"))
         })?;

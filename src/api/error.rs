@@ -95,6 +95,7 @@ impl From<EngineError> for ApiError {
             EngineError::ContextOverflow { .. } => (StatusCode::BAD_REQUEST, "context_length_exceeded"),
             EngineError::EmptyPrompt => (StatusCode::BAD_REQUEST, "empty_prompt"),
             EngineError::InvalidToken { .. } => (StatusCode::BAD_REQUEST, "invalid_token"),
+            EngineError::PromptRunTooLong { .. } => (StatusCode::BAD_REQUEST, "prompt_run_too_long"),
             EngineError::InvalidGrammar(_) => (StatusCode::BAD_REQUEST, "invalid_grammar"),
             // The request was valid; the model could not produce output the grammar allows.
             EngineError::GrammarDeadEnd(_) => (StatusCode::UNPROCESSABLE_ENTITY, "constrained_generation_failed"),
@@ -103,7 +104,8 @@ impl From<EngineError> for ApiError {
             EngineError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         };
-        let param = matches!(error, EngineError::ContextOverflow { .. }).then(|| "messages".to_string());
+        let param = matches!(error, EngineError::ContextOverflow { .. } | EngineError::PromptRunTooLong { .. })
+            .then(|| "messages".to_string());
         Self { status, message, param, code: Some(code) }
     }
 }

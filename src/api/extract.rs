@@ -1,4 +1,6 @@
-//! A JSON body extractor whose every failure is an OpenAI error envelope.
+//! Reading a JSON request body so that every failure is an OpenAI error envelope.
+
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -7,26 +9,30 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
-/// Like `axum::Json`, but malformed JSON, wrong types, bad UTF-8, over-deep nesting and
-/// oversized bodies all answer with the envelope, naming the field at fault.
-#[derive(Debug)]
-pub struct ApiJson<T>(pub T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
+/// Reads and parses the body of `request` within `timeout`. Like `axum::Json`, but malformed
+/// JSON, wrong types, bad UTF-8, over-deep nesting, oversized and too slow bodies all answer
+/// with the envelope, naming the field at fault.
+pub(crate) async fn read_json<T: DeserializeOwned>(request: Request, timeout: Duration) -> Result<T, ApiError> {
+    let bytes = match tokio::time::timeout(timeout, Bytes::from_request(request, &())).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(rejection)) => {
             let status = rejection.status();
             let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
                 "request body too large".to_string()
             } else {
                 format!("could not read the request body: {rejection}")
             };
-            ApiError::new(status, message)
-        })?;
-        parse_json(&bytes).map(ApiJson)
-    }
+            return Err(ApiError::new(status, message));
+        }
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request body did not arrive within {} s", timeout.as_secs_f32()),
+            )
+            .with_code("body_timeout"))
+        }
+    };
+    parse_json(&bytes)
 }
 
 /// Parses a request body, reporting the path of the field at fault.

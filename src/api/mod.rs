@@ -6,17 +6,23 @@ mod chat;
 mod convert;
 mod error;
 mod extract;
+mod limits;
 mod models;
 mod wire;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 pub use error::ApiError;
 
@@ -25,9 +31,43 @@ use crate::Engine;
 /// Largest request body accepted (long conversations with big system prompts fit easily).
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 
+/// Request bodies read and validated at the same time; more get 503 at once. Bounds the
+/// memory that concurrent large bodies take before the engine's queue admits them.
+const CONCURRENT_BODIES: usize = 8;
+
+/// Requests turned into engine jobs at the same time (schema conversion is CPU-bound).
+const CONCURRENT_CONVERSIONS: usize = 2;
+
+/// Connection timeouts of [`serve_with`].
+#[derive(Clone, Copy, Debug)]
+pub struct ServeOptions {
+    /// A client must send a request's headers within this time, also on an idle keep-alive
+    /// connection, or the connection is closed.
+    pub header_timeout: Duration,
+    /// A request's body must arrive within this time after its headers (408 otherwise).
+    pub body_timeout: Duration,
+    /// After shutdown begins, open responses get this long to end before the server returns.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
 struct AppState {
     engine: Engine,
     started_at: u64,
+    body_timeout: Duration,
+    /// Permits to read and validate a body ([`CONCURRENT_BODIES`]).
+    bodies: Semaphore,
+    /// Permits to convert a request on a conversion thread ([`CONCURRENT_CONVERSIONS`]).
+    conversions: Arc<Semaphore>,
 }
 
 /// Seconds since the Unix epoch, for `created` fields.
@@ -35,9 +75,19 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// The API's routes over an engine.
+/// The API's routes over an engine, with the default [`ServeOptions`].
 pub fn router(engine: Engine) -> Router {
-    let state = Arc::new(AppState { engine, started_at: unix_now() });
+    router_with(engine, &ServeOptions::default())
+}
+
+fn router_with(engine: Engine, options: &ServeOptions) -> Router {
+    let state = Arc::new(AppState {
+        engine,
+        started_at: unix_now(),
+        body_timeout: options.body_timeout,
+        bodies: Semaphore::new(CONCURRENT_BODIES),
+        conversions: Arc::new(Semaphore::new(CONCURRENT_CONVERSIONS)),
+    });
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/chat/completions", post(chat::chat_completions))
@@ -52,15 +102,61 @@ pub fn router(engine: Engine) -> Router {
         .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` resolves, then stops accepting and waits for
-/// open responses to end (call [`Engine::shutdown`] to end running generations).
+/// Serves the API on `listener` with the default [`ServeOptions`]; see [`serve_with`].
 ///
 /// # Errors
-/// I/O errors from the listener.
+/// None today; the signature leaves room for listener errors.
 pub async fn serve(
     listener: TcpListener,
     engine: Engine,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(engine)).with_graceful_shutdown(shutdown).await
+    serve_with(listener, engine, ServeOptions::default(), shutdown).await
+}
+
+/// Serves the API on `listener` until `shutdown` resolves, then stops accepting, closes idle
+/// connections and waits up to [`ServeOptions::shutdown_grace`] for open responses to end
+/// (call [`Engine::shutdown`] to end running generations). Connections that send no complete
+/// request headers within [`ServeOptions::header_timeout`] are closed.
+///
+/// # Errors
+/// None today: failed accepts (out of file descriptors) are logged and retried.
+pub async fn serve_with(
+    listener: TcpListener,
+    engine: Engine,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router_with(engine, &options);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(options.header_timeout);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Each SSE chunk leaves at once rather than waiting for more.
+        let _ = stream.set_nodelay(true);
+        let connection = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(options.shutdown_grace, graceful.shutdown()).await.is_err() {
+        tracing::warn!("open connections did not end within {:?}; closing them", options.shutdown_grace);
+    }
+    Ok(())
 }

@@ -1,0 +1,245 @@
+//! The documented limits on what one request may ask for, checked before any work is done.
+//!
+//! Each bounds a cost that grows with the request and is paid by every client: llama.cpp's
+//! JSON-Schema-to-grammar converter is cubic in optional properties and recursive in `$ref`
+//! chains (a hostile schema aborts the process or takes minutes), a large `enum` costs
+//! seconds per generated character inside the grammar sampler, and the stop-string matcher
+//! and logit-bias sampler cost per token what their lists hold. Requests above a limit get a
+//! 400 that names the limit; OpenAI's own limits are used where it has one.
+
+use serde_json::Value;
+
+use super::error::ApiError;
+
+/// Most stop strings (OpenAI's limit).
+pub(crate) const MAX_STOP_STRINGS: usize = 4;
+/// Longest stop string, in bytes.
+pub(crate) const MAX_STOP_BYTES: usize = 256;
+/// Most `logit_bias` entries (OpenAI's limit).
+pub(crate) const MAX_LOGIT_BIAS: usize = 300;
+/// Most tools per request (OpenAI's limit).
+pub(crate) const MAX_TOOLS: usize = 128;
+
+/// Limits on one JSON schema (a tool's parameters, or `response_format`).
+pub(crate) mod schema {
+    /// Size of the schema as JSON text.
+    pub const MAX_BYTES: usize = 65_536;
+    /// Nesting of JSON objects and arrays in the schema document.
+    pub const MAX_DEPTH: usize = 64;
+    /// JSON values in the schema document.
+    pub const MAX_NODES: usize = 10_000;
+    /// `$ref` occurrences.
+    pub const MAX_REFS: usize = 100;
+    /// Properties of one object.
+    pub const MAX_PROPERTIES: usize = 256;
+    /// Properties of one object that are not `required` (the converter's cost is cubic in them).
+    pub const MAX_OPTIONAL_PROPERTIES: usize = 64;
+    /// Entries of one `enum`, `anyOf`, `oneOf`, `allOf` or `prefixItems` list.
+    pub const MAX_ALTERNATIVES: usize = 500;
+    /// Entries of all such lists together.
+    pub const MAX_TOTAL_ALTERNATIVES: usize = 1_000;
+    /// Largest `minLength`/`maxLength`/`minItems`/`maxItems`/`minProperties`/`maxProperties`,
+    /// and largest repetition count in a `pattern` (each becomes that many grammar rules).
+    pub const MAX_REPETITION: u64 = 10_000;
+    /// Longest `pattern`, in bytes.
+    pub const MAX_PATTERN_BYTES: usize = 1_000;
+}
+
+/// Checks stop strings against [`MAX_STOP_STRINGS`] and [`MAX_STOP_BYTES`].
+pub(crate) fn check_stops(stops: &[String]) -> Result<(), ApiError> {
+    if stops.len() > MAX_STOP_STRINGS {
+        return Err(too_many("stop", "stop strings", stops.len(), MAX_STOP_STRINGS));
+    }
+    if let Some(long) = stops.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("a stop string may be at most {MAX_STOP_BYTES} bytes long, got {}", long.len()),
+        )
+        .with_code("limit_exceeded"));
+    }
+    Ok(())
+}
+
+/// A 400 for a list longer than its limit.
+pub(crate) fn too_many(param: &str, what: &str, got: usize, max: usize) -> ApiError {
+    ApiError::invalid(param, format!("at most {max} {what} are accepted, got {got}")).with_code("limit_exceeded")
+}
+
+/// Checks a JSON schema against the [`schema`] limits before it reaches the grammar converter.
+/// `param` names the schema's field in the request.
+pub(crate) fn check_schema(param: &str, value: &Value) -> Result<(), ApiError> {
+    let bytes = value.to_string().len();
+    if bytes > schema::MAX_BYTES {
+        return Err(schema_limit(
+            param,
+            format!("the schema is {bytes} bytes long; at most {} are accepted", schema::MAX_BYTES),
+        ));
+    }
+    let mut walk = SchemaWalk::default();
+    walk.visit(value, 1).map_err(|reason| schema_limit(param, reason))
+}
+
+fn schema_limit(param: &str, reason: String) -> ApiError {
+    ApiError::invalid(param, format!("schema too complex: {reason}")).with_code("schema_too_complex")
+}
+
+/// Counts what a schema holds while walking it.
+#[derive(Default)]
+struct SchemaWalk {
+    nodes: usize,
+    refs: usize,
+    alternatives: usize,
+}
+
+impl SchemaWalk {
+    fn visit(&mut self, value: &Value, depth: usize) -> Result<(), String> {
+        use schema::*;
+        self.nodes += 1;
+        if self.nodes > MAX_NODES {
+            return Err(format!("more than {MAX_NODES} JSON values"));
+        }
+        if depth > MAX_DEPTH {
+            return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+        }
+        match value {
+            Value::Array(items) => items.iter().try_for_each(|item| self.visit(item, depth + 1)),
+            Value::Object(object) => {
+                if object.contains_key("$ref") {
+                    self.refs += 1;
+                    if self.refs > MAX_REFS {
+                        return Err(format!("more than {MAX_REFS} '$ref's"));
+                    }
+                }
+                if let Some(Value::Object(properties)) = object.get("properties") {
+                    let required: Vec<&str> = object
+                        .get("required")
+                        .and_then(Value::as_array)
+                        .map(|r| r.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    let optional = properties.keys().filter(|k| !required.contains(&k.as_str())).count();
+                    if optional > MAX_OPTIONAL_PROPERTIES {
+                        return Err(format!(
+                            "an object has {optional} optional properties; at most {MAX_OPTIONAL_PROPERTIES} are accepted (list the others in 'required')"
+                        ));
+                    }
+                    if properties.len() > MAX_PROPERTIES {
+                        return Err(format!(
+                            "an object has {} properties; at most {MAX_PROPERTIES} are accepted",
+                            properties.len()
+                        ));
+                    }
+                }
+                for key in ["enum", "anyOf", "oneOf", "allOf", "prefixItems"] {
+                    if let Some(Value::Array(list)) = object.get(key) {
+                        if list.len() > MAX_ALTERNATIVES {
+                            return Err(format!(
+                                "'{key}' has {} entries; at most {MAX_ALTERNATIVES} are accepted",
+                                list.len()
+                            ));
+                        }
+                        self.alternatives += list.len();
+                        if self.alternatives > MAX_TOTAL_ALTERNATIVES {
+                            return Err(format!(
+                                "more than {MAX_TOTAL_ALTERNATIVES} enum/anyOf/oneOf/allOf/prefixItems entries in all"
+                            ));
+                        }
+                    }
+                }
+                for key in ["minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"] {
+                    if let Some(n) = object.get(key).and_then(Value::as_f64) {
+                        if n > MAX_REPETITION as f64 {
+                            return Err(format!("'{key}' is {n}; at most {MAX_REPETITION} is accepted"));
+                        }
+                    }
+                }
+                if let Some(Value::String(pattern)) = object.get("pattern") {
+                    check_pattern(pattern)?;
+                }
+                object.values().try_for_each(|item| self.visit(item, depth + 1))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A `pattern` must be short and repeat nothing more than [`schema::MAX_REPETITION`] times
+/// (`{n}`, `{n,}`, `{n,m}`; nested repetitions multiply).
+fn check_pattern(pattern: &str) -> Result<(), String> {
+    use schema::*;
+    if pattern.len() > MAX_PATTERN_BYTES {
+        return Err(format!("a 'pattern' is {} bytes long; at most {MAX_PATTERN_BYTES} are accepted", pattern.len()));
+    }
+    // The product of all counts bounds any nesting of them.
+    let mut product: u64 = 1;
+    let mut rest = pattern;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let counts: Vec<u64> =
+            after.split('}').next().unwrap_or_default().split(',').filter_map(|n| n.trim().parse().ok()).collect();
+        if let Some(&largest) = counts.iter().max() {
+            product = product.saturating_mul(largest.max(1));
+            if product > MAX_REPETITION {
+                return Err(format!("a 'pattern' repeats more than {MAX_REPETITION} times"));
+            }
+        }
+        rest = after;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn optional_properties(n: usize) -> Value {
+        let properties: serde_json::Map<String, Value> =
+            (0..n).map(|i| (format!("p{i}"), json!({"type": "string"}))).collect();
+        json!({"type": "object", "properties": properties})
+    }
+
+    fn ref_chain(n: usize) -> Value {
+        let defs: serde_json::Map<String, Value> =
+            (0..n).map(|i| (format!("d{i}"), json!({"$ref": format!("#/$defs/d{}", i + 1)}))).collect();
+        json!({"$ref": "#/$defs/d0", "$defs": defs})
+    }
+
+    #[test]
+    fn ordinary_schemas_pass() {
+        let weather = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 100},
+            "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]});
+        assert!(check_schema("tools[0].function.parameters", &weather).is_ok());
+        assert!(check_schema("x", &optional_properties(schema::MAX_OPTIONAL_PROPERTIES)).is_ok());
+        assert!(check_schema("x", &json!({"type": "string", "pattern": "^[a-z]{2,8}-[0-9]{4}$"})).is_ok());
+    }
+
+    #[test]
+    fn each_limit_is_named_in_its_error() {
+        let many_enum = json!({"enum": (0..20_000).map(|i| format!("v{i}")).collect::<Vec<_>>()});
+        let deep = (0..100).fold(json!({"type": "string"}), |inner, _| json!({"type": "array", "items": inner}));
+        let cases = [
+            (optional_properties(1_000), "optional properties"),
+            (optional_properties(6_000), "bytes long"),
+            (ref_chain(3_000), "bytes long"),
+            (ref_chain(150), "'$ref'"),
+            (many_enum, "bytes long"),
+            (json!({"enum": (0..600).collect::<Vec<_>>()}), "'enum' has 600 entries"),
+            (deep, "nested deeper"),
+            (json!({"type": "string", "maxLength": 1_000_000}), "'maxLength'"),
+            (json!({"type": "string", "pattern": "^(a{200}){100}$"}), "repeats more than"),
+        ];
+        for (schema, expected) in cases {
+            let error = check_schema("response_format.json_schema.schema", &schema).expect_err(expected);
+            assert!(error.message.contains(expected), "{expected}: {}", error.message);
+            assert_eq!(error.param.as_deref(), Some("response_format.json_schema.schema"));
+            assert_eq!(error.code, Some("schema_too_complex"));
+        }
+    }
+
+    #[test]
+    fn stop_lists_are_bounded() {
+        assert!(check_stops(&vec!["a".to_string(); 4]).is_ok());
+        assert!(check_stops(&vec!["a".to_string(); 5]).expect_err("five").message.contains("at most 4"));
+        assert!(check_stops(&["x".repeat(300)]).is_err());
+    }
+}
