@@ -175,6 +175,10 @@ struct ServeArgs {
     /// Requests that may wait while one generates; more get 503 with Retry-After.
     #[arg(long = "queue-size", env = "FIRSTWORD_QUEUE_SIZE", default_value_t = EngineConfig::DEFAULT_QUEUE_SIZE)]
     queue_size: usize,
+    /// Most tokens generated for a request that sets no max_tokens (-1: until the context is
+    /// full). Stops a model caught in a loop.
+    #[arg(short = 'n', long = "n-predict", visible_alias = "predict", env = "FIRSTWORD_N_PREDICT", default_value_t = i64::from(EngineConfig::DEFAULT_N_PREDICT), allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..=i64::from(u32::MAX)))]
+    n_predict: i64,
     /// Speculative decoding: auto (the model's MTP heads if the GGUF has NextN layers, else
     /// --draft-model if given, else none), none, mtp, or draft.
     #[arg(long, env = "FIRSTWORD_SPEC", value_enum, default_value = "auto")]
@@ -221,6 +225,7 @@ impl ServeArgs {
             mmap: !self.no_mmap,
             chat_template_file: self.chat_template_file.clone(),
             queue_size: self.queue_size,
+            n_predict: u32::try_from(self.n_predict).ok(),
             speculation: SpeculationConfig {
                 mode: match self.spec {
                     SpecArg::Auto => SpecMode::Auto,

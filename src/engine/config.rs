@@ -45,6 +45,9 @@ pub struct EngineConfig {
     pub chat_template_file: Option<PathBuf>,
     /// How many requests may wait while one is generating.
     pub queue_size: usize,
+    /// Most tokens generated for a request that sets no `max_tokens`; `None`: until the
+    /// context is full.
+    pub n_predict: Option<u32>,
     /// Speculative decoding (MTP heads or a draft model).
     pub speculation: super::SpeculationConfig,
 }
@@ -58,6 +61,9 @@ impl EngineConfig {
     pub const DEFAULT_N_GPU_LAYERS: u32 = 999;
     /// Default number of requests that may wait.
     pub const DEFAULT_QUEUE_SIZE: usize = 16;
+    /// Default cap on generated tokens when a request sets none: a model caught in a loop
+    /// stops after about half a minute at small-model speeds instead of filling the context.
+    pub const DEFAULT_N_PREDICT: u32 = 2048;
 
     /// Defaults for a model path: sizes like llama-server's, threads = physical cores.
     #[must_use]
@@ -77,6 +83,7 @@ impl EngineConfig {
             mmap: true,
             chat_template_file: None,
             queue_size: Self::DEFAULT_QUEUE_SIZE,
+            n_predict: Some(Self::DEFAULT_N_PREDICT),
             speculation: super::SpeculationConfig::default(),
         }
     }

@@ -66,6 +66,24 @@ pub enum EngineError {
         /// Vocabulary size.
         n_vocab: i32,
     },
+    /// A text prompt holds more characters of one kind in a row (letters, digits, spaces,
+    /// symbols) than the tokenizer can split safely.
+    #[error("the prompt contains {run} characters of one kind in a row (letters, digits, spaces or symbols); at most {max} are accepted")]
+    PromptRunTooLong {
+        /// The longest run found.
+        run: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// llama.cpp refused to drop rejected drafts from the cache in the middle of a reply, so
+    /// the reply cannot go on from a known state.
+    #[error(
+        "llama.cpp could not drop rejected drafts from the KV cache at position {position}; the cache was cleared"
+    )]
+    CacheCut {
+        /// Where the cut was asked for.
+        position: usize,
+    },
     /// Prompt plus requested completion do not fit the context.
     #[error("this request needs {needed} tokens ({prompt_tokens} in the prompt + {max_tokens} to generate) but the context holds {n_ctx}; shorten the prompt or lower max_tokens")]
     ContextOverflow {

@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use llama_cpp_2::context::params::{LlamaContextParams, LlamaContextType};
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::speculative::{MtpSpeculative, MtpSpeculativeParams};
@@ -14,7 +16,7 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 
 use super::decoder::{Decoder, ModelDrafter, MtpDrafter};
-use super::speculation::{vocabulary_difference, Drafter, SpeculationPlan};
+use super::speculation::{vocabulary_difference, Drafter, SpecMode, SpeculationPlan};
 use super::{EngineConfig, EngineError, FlashAttention};
 
 /// Context size used when the user gives none: enough for a long system prompt and a
@@ -107,14 +109,15 @@ fn load_draft_model(
     }
 }
 
-/// Creates the target context and its drafter; returns them with the logical batch size.
+/// Creates the target context and its drafter; returns them with the logical batch size and
+/// the recurrent-state snapshots the target keeps (`n_rs_seq`).
 pub(super) fn create_decoder<'m>(
     backend: &LlamaBackend,
     model: &'m LlamaModel,
     draft_model: Option<&'m LlamaModel>,
     plan: &SpeculationPlan,
     config: &EngineConfig,
-) -> Result<(Decoder<'m>, usize), EngineError> {
+) -> Result<(Decoder<'m>, usize, u32), EngineError> {
     let n_ctx_train = model.n_ctx_train();
     let n_ctx = config.ctx_size.unwrap_or_else(|| n_ctx_train.min(DEFAULT_CTX_CAP)).max(16);
     let flash = match config.flash_attention {
@@ -123,6 +126,8 @@ pub(super) fn create_decoder<'m>(
         FlashAttention::Off => llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED,
     };
     let n_batch = config.batch_size.clamp(1, n_ctx);
+    let speculating = plan.drafter != Drafter::None;
+    let rs_snapshots = if speculating { plan.draft_max } else { 0 };
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(n_batch)
@@ -130,11 +135,23 @@ pub(super) fn create_decoder<'m>(
         .with_n_threads(config.threads.max(1) as i32)
         .with_n_threads_batch(config.threads_batch.max(1) as i32)
         .with_flash_attention_policy(flash)
-        .with_swa_full(config.swa_full);
+        .with_swa_full(config.swa_full)
+        // Recurrent state a verification step may have to roll back: one per draft (llama.cpp
+        // keeps it only for architectures that support the rollback).
+        .with_n_rs_seq(rs_snapshots);
     let context_error =
         |e: llama_cpp_2::LlamaContextLoadError| EngineError::ContextCreate { n_ctx, reason: e.to_string() };
-    let ctx = model.new_context(backend, params.clone()).map_err(context_error)?;
-    let decoder = match (&plan.drafter, draft_model) {
+    let mut ctx = model.new_context(backend, params.clone()).map_err(context_error)?;
+    let mut drafter = plan.drafter.clone();
+    if speculating && (model.is_recurrent() || model.is_hybrid()) && !can_drop_tail(&mut ctx, model) {
+        let reason = "the model's recurrent state cannot be rolled back by llama.cpp for this architecture, and verifying drafts needs that";
+        if config.speculation.mode != SpecMode::Auto {
+            return Err(EngineError::SpeculationSetup(reason.into()));
+        }
+        tracing::warn!("speculative decoding off: {reason}");
+        drafter = Drafter::None;
+    }
+    let decoder = match (&drafter, draft_model) {
         (Drafter::Mtp { .. }, _) => {
             let draft =
                 model.new_context(backend, params.with_context_type(LlamaContextType::Mtp)).map_err(context_error)?;
@@ -145,12 +162,15 @@ pub(super) fn create_decoder<'m>(
             Decoder::Mtp(MtpDrafter::new(spec))
         }
         (Drafter::Model(_), Some(draft_model)) => {
-            let draft = draft_model.new_context(backend, params).map_err(context_error)?;
+            // The draft context drops what it drafted token by token: no snapshots for that, so
+            // a recurrent draft model re-evaluates instead of rolling back to a wrong state.
+            let draft = draft_model.new_context(backend, params.with_n_rs_seq(0)).map_err(context_error)?;
             Decoder::Model(ModelDrafter::new(ctx, draft, n_batch as usize, plan.p_min, plan.draft_min as usize))
         }
         _ => Decoder::Plain(ctx),
     };
-    match &plan.drafter {
+    match &drafter {
+        Drafter::None if speculating => {}
         Drafter::None => tracing::info!("speculative decoding off: {}", plan.reason),
         drafter => tracing::info!(
             "speculative decoding with {}: {}; draft max {}, min {}, p-min {}",
@@ -161,5 +181,17 @@ pub(super) fn create_decoder<'m>(
             plan.p_min
         ),
     }
-    Ok((decoder, n_batch as usize))
+    Ok((decoder, n_batch as usize, if drafter == Drafter::None { 0 } else { rs_snapshots }))
+}
+
+/// Whether the context can drop the last position of a sequence, as rejecting a draft does:
+/// measured on two tokens, then the cache is emptied. Recurrent state can only be rolled back
+/// where llama.cpp keeps snapshots for it (`n_rs_seq`, some architectures only).
+fn can_drop_tail(ctx: &mut LlamaContext<'_>, model: &LlamaModel) -> bool {
+    let token = model.vocab().bos();
+    let mut batch = LlamaBatch::new(2, 1);
+    let built = batch.add(token, 0, &[0], false).is_ok() && batch.add(token, 1, &[0], true).is_ok();
+    let dropped = built && ctx.decode(&mut batch).is_ok() && ctx.kv_cache_seq_rm(0, Some(1), None).is_ok();
+    ctx.clear_kv_cache();
+    dropped
 }

@@ -12,14 +12,20 @@ use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::decoder::{BatchKind, Decoder};
+use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Models};
 use super::prefix::{common_prefix_len, plan_reuse, window_covers};
 use super::sampling::TokenPicker;
 use super::speculation::{DraftDepth, SpeculationPlan};
-use super::text::{StopMatcher, StopScan, Utf8Stream};
+use super::text::{longest_run, StopMatcher, StopScan, Utf8Stream};
 use super::{Command, DraftStats, EngineConfig, EngineError, Event, FinishReason, Job, ModelInfo, Timings, Usage};
 use crate::chat::{ChatTemplate, ModelTemplateFacts};
 use crate::tools::ToolFormat;
+
+/// Longest run of characters of one kind a text prompt may hold (see [`longest_run`]). With
+/// the inference thread's reserved stack, llama.cpp's `std::regex` pre-tokenizers were measured
+/// to split far longer runs; real text has none this long.
+pub(crate) const MAX_PROMPT_RUN: usize = 65_536;
 
 /// A prompt after template rendering, before tokenization.
 #[derive(Debug)]
@@ -82,7 +88,15 @@ struct Session<'m> {
     depth: DraftDepth,
     cached: Vec<LlamaToken>,
     n_swa: Option<u32>,
+    /// The model keeps recurrent state, which can be cut only within the last batch.
+    recurrent: bool,
+    /// Recurrent-state snapshots per sequence (`n_rs_seq`): the deepest rollback.
+    rs_snapshots: usize,
+    /// How many of the last cached positions the cache can drop now (recurrent models).
+    rewindable: usize,
     n_batch: usize,
+    /// Most tokens generated when a request sets no limit.
+    n_predict: Option<u32>,
     bos_text: String,
     shutting_down: &'m AtomicBool,
 }
@@ -142,13 +156,10 @@ impl<'m> Session<'m> {
         shutting_down: &'m AtomicBool,
     ) -> Result<(Self, ModelInfo, ChatTemplate), EngineError> {
         let architecture = model.meta_val_str("general.architecture").unwrap_or_default();
-        let n_swa = model
-            .meta_val_str(&format!("{architecture}.attention.sliding_window"))
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|&n| n > 0);
+        // The window llama.cpp applies, which the GGUF key alone does not always tell.
+        let n_swa = effective_sliding_window(model);
         let n_ctx_train = model.n_ctx_train();
-        let (decoder, n_batch) = create_decoder(backend, model, draft_model, plan, config)?;
+        let (decoder, n_batch, rs_snapshots) = create_decoder(backend, model, draft_model, plan, config)?;
 
         let vocab = model.vocab();
         let token_text = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
@@ -185,7 +196,11 @@ impl<'m> Session<'m> {
             depth: DraftDepth::new(plan.draft_max, plan.always),
             cached: Vec::new(),
             n_swa,
+            recurrent: model.is_recurrent() || model.is_hybrid(),
+            rs_snapshots: rs_snapshots as usize,
+            rewindable: 0,
             n_batch,
+            n_predict: config.n_predict,
             bos_text,
             shutting_down,
         };
@@ -196,6 +211,10 @@ impl<'m> Session<'m> {
         let vocab = self.model.vocab();
         let tokens = match prompt {
             PromptInput::Text(text) => {
+                let run = longest_run(&text);
+                if run > MAX_PROMPT_RUN {
+                    return Err(EngineError::PromptRunTooLong { run, max: MAX_PROMPT_RUN });
+                }
                 // A template that writes the BOS text itself must not get a second one.
                 let add_bos = vocab.should_add_bos() && (self.bos_text.is_empty() || !text.starts_with(&self.bos_text));
                 vocab.tokenize(text.as_bytes(), add_bos, true)
@@ -215,7 +234,7 @@ impl<'m> Session<'m> {
     }
 
     fn serve(&mut self, job: Job) {
-        let Job { prompt, request, events, finish_requested } = job;
+        let Job { prompt, request, events, finish_requested, _admitted } = job;
         let prompt_text = match &prompt {
             PromptInput::Text(text) => Some(text.clone()),
             PromptInput::Tokens(_) => None,
@@ -239,8 +258,11 @@ impl<'m> Session<'m> {
             }));
             return;
         }
-        let limit = request.max_tokens.unwrap_or(n_ctx - prompt_tokens);
-        let picker = match TokenPicker::new(self.model, &request.sampling, request.grammar.as_ref()) {
+        let limit = request.max_tokens.or(self.n_predict).unwrap_or(u32::MAX).min(n_ctx - prompt_tokens);
+        // llama.cpp allocates the penalty window up front: never more than the context.
+        let mut sampling = request.sampling.clone();
+        sampling.repeat_last_n = sampling.repeat_last_n.clamp(0, n_ctx as i32);
+        let picker = match TokenPicker::new(self.model, &sampling, request.grammar.as_ref()) {
             Ok(picker) => picker,
             Err(e) => {
                 let _ = events.send(Event::Failed(e));
@@ -270,7 +292,10 @@ impl<'m> Session<'m> {
         let mut speculating = Speculating::default();
         self.decoder.begin_reply();
         let outcome = self.generate(&request, picker, limit, logits_index, &mut reply, &mut speculating);
-        self.end_round(&mut speculating);
+        if let Err(e) = self.end_round(&mut speculating) {
+            // The reply itself is complete; only the cache for the next turn is lost.
+            tracing::warn!("{e}");
+        }
         let usage = Usage { prompt_tokens, cached_tokens: keep as u32, completion_tokens: reply.tokens };
         match outcome {
             Outcome::Finished(reason) => {
@@ -305,12 +330,15 @@ impl<'m> Session<'m> {
         let Ok(canonical) = self.tokenize(PromptInput::Text(full_text)) else { return };
         let common = common_prefix_len(&self.cached, &canonical);
         let redo = canonical.len() - common;
-        if common == self.cached.len() || redo > self.n_batch || self.shutting_down.load(Ordering::Relaxed) {
+        let n_ctx = self.decoder.target().n_ctx() as usize;
+        if common == self.cached.len()
+            || redo > self.n_batch
+            || canonical.len() >= n_ctx
+            || self.shutting_down.load(Ordering::Relaxed)
+        {
             return;
         }
-        if !window_covers(self.decoder.target().kv_cache_seq_pos_min(0), common, self.n_swa)
-            || !self.decoder.truncate(common)
-        {
+        if !window_covers(self.decoder.target().kv_cache_seq_pos_min(0), common, self.n_swa) || !self.cut(common) {
             return;
         }
         tracing::debug!(
@@ -319,9 +347,11 @@ impl<'m> Session<'m> {
             cached = self.cached.len(),
             "re-evaluating the reply as the next turn will send it"
         );
-        self.cached.truncate(common);
-        if let Err(e) = self.decode(&canonical[common..], BatchKind::Prompt) {
-            tracing::warn!("re-evaluating the reply failed: {e}");
+        // A strict prefix (the reply ended in held-back stop text) needs only the cut.
+        if redo > 0 {
+            if let Err(e) = self.decode(&canonical[common..], BatchKind::Prompt) {
+                tracing::warn!("re-evaluating the reply failed: {e}");
+            }
         }
     }
 
@@ -339,15 +369,35 @@ impl<'m> Session<'m> {
             );
             keep = 0;
         }
-        if keep > 0 && !self.decoder.truncate(keep) {
-            tracing::warn!(keep, "llama.cpp could not cut the KV cache; prefilling in full");
+        if keep > 0 && !self.cut(keep) {
+            tracing::warn!(keep, cached = self.cached.len(), "the KV cache cannot be cut there; prefilling in full");
             keep = 0;
         }
         if keep == 0 {
             self.decoder.clear();
+            self.cached.clear();
+        }
+        keep
+    }
+
+    /// Drops every cached position from `keep` on. False, and nothing cut, where the cache
+    /// cannot be cut: recurrent state (Mamba, and the recurrent layers of hybrid models) rolls
+    /// back only through llama.cpp's snapshots of the last batch's tokens, and llama.cpp
+    /// accepts a deeper cut than those hold and then computes from a wrong state.
+    fn cut(&mut self, keep: usize) -> bool {
+        if keep >= self.cached.len() {
+            return true;
+        }
+        if self.recurrent && self.cached.len() - keep > self.rewindable {
+            return false;
+        }
+        if !self.decoder.truncate(keep) {
+            return false;
         }
         self.cached.truncate(keep);
-        keep
+        // A rollback is single-use until the next batch.
+        self.rewindable = 0;
+        true
     }
 
     /// Evaluates `tokens` after the cache in `n_batch` chunks. Returns the batch index holding
@@ -373,12 +423,17 @@ impl<'m> Session<'m> {
     /// batch index of the last token. On failure the cache is cleared, since llama.cpp's state
     /// is then unknown.
     fn decode(&mut self, tokens: &[LlamaToken], kind: BatchKind) -> Result<i32, EngineError> {
+        if tokens.is_empty() {
+            return Err(EngineError::Decode("nothing to evaluate".into()));
+        }
         if let Err(e) = self.decoder.decode(tokens, self.cached.len(), kind) {
             self.decoder.clear();
             self.cached.clear();
+            self.rewindable = 0;
             return Err(e);
         }
         self.cached.extend_from_slice(tokens);
+        self.rewindable = (tokens.len() - 1).min(self.rs_snapshots);
         Ok(tokens.len() as i32 - 1)
     }
 
@@ -397,7 +452,9 @@ impl<'m> Session<'m> {
             let generated = speculating.proposed - speculating.drafts.len() + 1;
             self.depth.record_cost(speculating.proposed > 0, (started - previous).as_secs_f32(), generated);
         }
-        self.end_round(speculating);
+        self.end_round(speculating)?;
+        // The verify batch (the token and its drafts) must fit one llama.cpp batch.
+        let room = room.min(self.n_batch.saturating_sub(1));
         let (drafts, catch_up_time) = if self.decoder.speculates() {
             match self.depth.next(|| self.decoder.backlog(&self.cached)).min(room) {
                 0 => (Vec::new(), Duration::ZERO),
@@ -424,19 +481,24 @@ impl<'m> Session<'m> {
 
     /// Ends a verification step: drafts that no picked token matched leave both caches, the
     /// drafter learns how many were right, and the draft depth adapts.
-    fn end_round(&mut self, speculating: &mut Speculating) {
+    ///
+    /// # Errors
+    /// [`EngineError::CacheCut`] when llama.cpp cannot drop the rejected drafts: the cache is
+    /// then cleared, and the reply must not go on from it.
+    fn end_round(&mut self, speculating: &mut Speculating) -> Result<(), EngineError> {
         if speculating.proposed == 0 {
-            return;
+            return Ok(());
         }
         let unused = speculating.drafts.len();
         let accepted = speculating.proposed - unused;
         if unused > 0 {
             let keep = self.cached.len() - unused;
-            self.cached.truncate(keep);
-            if !self.decoder.truncate(keep) {
-                tracing::warn!(keep, "llama.cpp could not drop rejected drafts; clearing the cache");
+            if !self.cut(keep) {
                 self.decoder.clear();
                 self.cached.clear();
+                speculating.drafts.clear();
+                speculating.proposed = 0;
+                return Err(EngineError::CacheCut { position: keep });
             }
         }
         self.decoder.settle(accepted);
@@ -444,6 +506,7 @@ impl<'m> Session<'m> {
         speculating.accepted += accepted as u32;
         speculating.drafts.clear();
         speculating.proposed = 0;
+        Ok(())
     }
 
     fn generate(
@@ -491,7 +554,10 @@ impl<'m> Session<'m> {
             reply.tokens += 1;
             let piece = vocab.token_to_piece(token, preserved.contains(&token), None);
             let text = utf8.push(&piece);
-            match stops.push(&text) {
+            // Stop strings cut free text only, never constrained output (a call, JSON).
+            let scan =
+                if picker.constraining() { StopScan::Continue(stops.finish() + &text) } else { stops.push(&text) };
+            match scan {
                 StopScan::Continue(text) => {
                     if !reply.send(text) {
                         return Outcome::Cancelled;
@@ -513,7 +579,9 @@ impl<'m> Session<'m> {
             };
         };
         // Release what was held back: an unfinished character, text that looked like a stop.
-        let (reason, tail) = match stops.push(&utf8.finish()) {
+        let rest = utf8.finish();
+        let scan = if picker.constraining() { StopScan::Continue(stops.finish() + &rest) } else { stops.push(&rest) };
+        let (reason, tail) = match scan {
             StopScan::Continue(text) => (reason, text + &stops.finish()),
             StopScan::Stopped(text) => (FinishReason::Stop, text),
         };
