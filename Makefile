@@ -26,7 +26,8 @@ serve: default-model build
 
 # Tests run in the release profile: llama.cpp is then compiled once for both build and tests.
 # tests/openai_sdk.rs drives the server with the pinned openai Python SDK (target/sdk-venv).
-# scripts/fixtures.sh generates the tiny MTP test models (models/tiny-mtp*.gguf) from SmolLM2's.
+# scripts/fixtures.sh generates the tiny test models (models/tiny-*.gguf: MTP, Tekken pre-tokenizer,
+# LFM2, Mamba, Gemma 2) with SmolLM2's tokenizer.
 test: models
 	bash scripts/sdk-venv.sh
 	bash scripts/fixtures.sh
