@@ -423,3 +423,45 @@ fn half_open_and_idle_connections_are_closed() {
     eprintln!("shutdown with a half-open connection took {:?}", started.elapsed());
     engine.wait_idle_blocking();
 }
+
+/// With the queue full, a request is refused before its body is read: a client that sends
+/// headers and never the body gets its 503 at once, not a 408 after the body timeout.
+#[test]
+fn a_full_queue_refuses_before_reading_the_body() {
+    let engine = Engine::start(EngineConfig { queue_size: 1, ..test_config(smollm2_path()) }).expect("loads");
+    let (address, stop, thread) = spawn_with_timeouts(engine.clone());
+    // One generation runs and one waits: both keep talking (<|im_end|> banned).
+    let long = json!({"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 400,
+                      "logit_bias": {"2": -100}, "stream": true})
+    .to_string();
+    let send = |wait_for_start: bool| {
+        let mut stream = TcpStream::connect(&address).expect("connect");
+        let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{long}",
+            long.len()
+        );
+        stream.write_all(request.as_bytes()).expect("send");
+        if wait_for_start {
+            let mut first = [0u8; 12];
+            stream.read_exact(&mut first).expect("response starts");
+            assert_eq!(&first, b"HTTP/1.1 200", "generation admitted");
+        }
+        stream
+    };
+    let running = send(true);
+    let queued = send(false);
+    // The queued request's answer starts only when it runs; give it time to be admitted.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut waiting = TcpStream::connect(&address).expect("connect");
+    waiting
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+        .expect("headers only");
+    waiting.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut answer = [0u8; 12];
+    waiting.read_exact(&mut answer).expect("an answer without the body");
+    assert_eq!(&answer, b"HTTP/1.1 503", "{}", String::from_utf8_lossy(&answer));
+    drop((running, queued));
+    engine.shutdown();
+    stop.send(()).expect("stop");
+    thread.join().expect("server thread");
+}
