@@ -455,3 +455,50 @@ async fn every_format_grammar_parses_in_llama_cpp() {
         }
     }
 }
+
+/// A follow-up turn without `tools` still shows the model its earlier calls and their results:
+/// the generic format writes them into the messages whether or not the turn carries tools.
+#[tokio::test]
+async fn tool_history_is_rendered_on_a_turn_without_tools() {
+    let (_guard, server) = exclusive_server().await;
+    let call = ToolCall { id: "call_1".into(), name: "set_timer".into(), arguments: "{\"minutes\": 10}".into() };
+    let mut result = ChatMessage::new(Role::Tool, "{\"ok\": true}");
+    result.tool_call_id = Some("call_1".into());
+    let history = vec![
+        ChatMessage::system("You are a home assistant."),
+        ChatMessage::user("Set a timer for ten minutes."),
+        ChatMessage { tool_calls: vec![call], ..ChatMessage::assistant("") },
+        result,
+        ChatMessage::user("Thanks!"),
+    ];
+    let written = vec![
+        ChatMessage::system("You are a home assistant."),
+        ChatMessage::user("Set a timer for ten minutes."),
+        ChatMessage::assistant(
+            "<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"minutes\": 10}}\n</tool_call>",
+        ),
+        ChatMessage::user("<tool_response>\n{\"ok\": true}\n</tool_response>"),
+        ChatMessage::user("Thanks!"),
+    ];
+    let engine = server.engine.clone();
+    let (rendered, expected) = tokio::task::spawn_blocking(move || {
+        let tokens =
+            |messages| engine.tokenize_blocking(&Prompt::Chat { messages, tools: Vec::new() }).expect("tokens");
+        (tokens(history), tokens(written))
+    })
+    .await
+    .expect("tokenizer task");
+    assert_eq!(rendered, expected, "the calls and the tool result are in the prompt");
+    // The same over HTTP: the prompt the server evaluates has the calls and the result.
+    let body = json!({"messages": [
+        {"role": "system", "content": "You are a home assistant."},
+        {"role": "user", "content": "Set a timer for ten minutes."},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "set_timer", "arguments": "{\"minutes\": 10}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"ok\": true}"},
+        {"role": "user", "content": "Thanks!"}
+    ], "max_tokens": 1, "temperature": 0});
+    let (status, answer) = post(&server.base, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["usage"]["prompt_tokens"].as_u64(), Some(expected.len() as u64), "{answer}");
+}

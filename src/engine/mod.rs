@@ -72,14 +72,12 @@ impl Loaded {
     /// Renders chat prompts through the template; other prompts pass through.
     fn render(&self, prompt: &Prompt) -> Result<worker::PromptInput, EngineError> {
         Ok(match prompt {
-            Prompt::Chat { messages, tools } if tools.is_empty() => {
-                worker::PromptInput::Text(self.template.render(messages, None, true)?)
-            }
+            // Earlier calls and tool results are written the same way whether or not this turn
+            // carries tools, so a follow-up without them still shows the model its history.
             Prompt::Chat { messages, tools } => {
                 let format = self.info.tool_format;
                 let messages = prepare_messages(format, messages, tools);
-                let definitions = format
-                    .template_renders_tools()
+                let definitions = (format.template_renders_tools() && !tools.is_empty())
                     .then(|| serde_json::Value::Array(tools.iter().map(ToolSpec::to_openai_json).collect()));
                 worker::PromptInput::Text(self.template.render(&messages, definitions.as_ref(), true)?)
             }

@@ -4,15 +4,19 @@ use super::format::generic_tool_prompt;
 use super::{ToolFormat, ToolSpec};
 use crate::chat::{ChatMessage, Role};
 
-/// The messages to render for a conversation with `tools`.
+/// The messages to render for a conversation offering `tools` (possibly none).
 ///
 /// Templates with native tool support get the messages unchanged (they render `tools`,
 /// `tool_calls` and tool results themselves). For the others ([`ToolFormat::Generic`]):
 /// - the tool definitions and the call format are appended to the system message (one is
-///   added if there is none), identically on every turn, so the prefix stays cached;
+///   added if there is none), identically on every turn, so the prefix stays cached; only
+///   when there are tools;
 /// - an assistant's earlier calls are written into its text exactly as the generic format
 ///   writes them, so the history renders to the tokens the model generated;
 /// - tool results become user turns inside `<tool_response>` tags.
+///
+/// The history is written so on every turn, with or without tools: a follow-up without
+/// `tools` still shows the model what it called and what came back.
 #[must_use]
 pub fn prepare_messages(format: ToolFormat, messages: &[ChatMessage], tools: &[ToolSpec]) -> Vec<ChatMessage> {
     if format.template_renders_tools() {
@@ -72,6 +76,19 @@ mod tests {
         assert!(prepared[2].tool_calls.is_empty());
         assert_eq!(prepared[3].role, Role::User);
         assert_eq!(prepared[3].content, "<tool_response>\n{\"temp\": 3}\n</tool_response>");
+    }
+
+    #[test]
+    fn generic_writes_the_history_on_a_turn_without_tools() {
+        let mut assistant = ChatMessage::assistant("");
+        assistant.tool_calls.push(ToolCall { id: "c".into(), name: "get_weather".into(), arguments: "{}".into() });
+        let mut result = ChatMessage::new(Role::Tool, "sunny");
+        result.tool_call_id = Some("c".into());
+        let messages = vec![ChatMessage::system("Be brief."), ChatMessage::user("Weather?"), assistant, result];
+        let prepared = prepare_messages(ToolFormat::Generic, &messages, &[]);
+        assert_eq!(prepared[0], ChatMessage::system("Be brief."), "no tool definitions without tools");
+        assert_eq!(prepared[2].content, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>");
+        assert_eq!(prepared[3], ChatMessage::user("<tool_response>\nsunny\n</tool_response>"));
     }
 
     #[test]
