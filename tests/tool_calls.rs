@@ -502,3 +502,28 @@ async fn tool_history_is_rendered_on_a_turn_without_tools() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["usage"]["prompt_tokens"].as_u64(), Some(expected.len() as u64), "{answer}");
 }
+
+/// A stream of only tool calls never says `content: ""` (clients send that back as the
+/// assistant's content): the opening chunk has the role and no content.
+#[tokio::test]
+async fn a_tool_call_stream_never_sends_empty_content() {
+    let (_guard, server) = exclusive_server().await;
+    for choice in [json!("required"), json!({"type": "function", "function": {"name": "set_timer"}})] {
+        let body = request(
+            "You are a home assistant.",
+            "Set a timer for ten minutes please.",
+            choice,
+            json!({"temperature": 0}),
+        );
+        let chunks = post_stream(&server.base, &body).await;
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant", "{chunks:?}");
+        let mut calls = 0;
+        for chunk in &chunks {
+            let Some(choice) = chunk["choices"].get(0) else { continue };
+            let delta = &choice["delta"];
+            assert!(delta.get("content").is_none_or(Value::is_null), "content in a call-only stream: {chunk}");
+            calls += delta["tool_calls"].as_array().map_or(0, Vec::len);
+        }
+        assert!(calls > 0, "{chunks:?}");
+    }
+}

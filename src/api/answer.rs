@@ -60,7 +60,9 @@ impl AnswerShaper {
     pub(super) fn text(&mut self, text: String) -> Shaped {
         let Some(mut parser) = self.parser.take() else {
             self.content.push_str(&text);
-            return Shaped { deltas: vec![Delta { content: Some(text), ..Delta::default() }], done: false };
+            let deltas =
+                if text.is_empty() { Vec::new() } else { vec![Delta { content: Some(text), ..Delta::default() }] };
+            return Shaped { deltas, done: false };
         };
         let pieces = parser.push(&text);
         let mut deltas = self.deltas(pieces, parser.calls());

@@ -185,7 +185,9 @@ fn stream_response(
     let events = stream::unfold(state, move |(mut generation, mut shaper, meta, stage)| async move {
         let (events, next_stage) = match stage {
             StreamStage::Opening => {
-                let delta = Delta { role: Some("assistant"), content: Some(String::new()), ..Delta::default() };
+                // No `content` until there is text: clients rebuild `""` into the message they
+                // send back, and OpenAI sends none before a reply of only tool calls.
+                let delta = Delta { role: Some("assistant"), ..Delta::default() };
                 (vec![sse_json(&meta.delta_chunk(delta, None))], StreamStage::Relaying)
             }
             StreamStage::Relaying => match generation.next().await {
