@@ -503,6 +503,39 @@ async fn tool_history_is_rendered_on_a_turn_without_tools() {
     assert_eq!(answer["usage"]["prompt_tokens"].as_u64(), Some(expected.len() as u64), "{answer}");
 }
 
+/// A user stop string inside a call never yields half a call: the answer is the whole, valid
+/// call, or a 422 (never a cut call with finish_reason "stop").
+#[tokio::test]
+async fn a_stop_string_never_returns_half_a_call() {
+    let (_guard, server) = exclusive_server().await;
+    for stop in ["arguments", "minutes", "}"] {
+        let body = request(
+            "You are a home assistant.",
+            "Set a timer for ten minutes please.",
+            json!("required"),
+            json!({"temperature": 0, "stop": [stop]}),
+        );
+        let (status, answer) = post(&server.base, &body).await;
+        if status == 422 {
+            assert_eq!(answer["error"]["code"], "invalid_model_output", "stop {stop:?}: {answer}");
+        } else {
+            assert_eq!(status, 200, "stop {stop:?}: {answer}");
+            assert_eq!(answer["choices"][0]["finish_reason"], "tool_calls", "stop {stop:?}: {answer}");
+            for call in answer["choices"][0]["message"]["tool_calls"].as_array().expect("calls") {
+                check_call(
+                    call["function"]["name"].as_str().expect("name"),
+                    call["function"]["arguments"].as_str().expect("arguments"),
+                )
+                .unwrap_or_else(|e| panic!("stop {stop:?}: {e}: {answer}"));
+            }
+        }
+        let chunks = post_stream(&server.base, &body).await;
+        let failed = chunks.iter().any(|c| c["error"]["code"] == "invalid_model_output");
+        let finish: Vec<&str> = chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).collect();
+        assert!(failed || finish == ["tool_calls"], "stop {stop:?}: finish {finish:?}, chunks {chunks:?}");
+    }
+}
+
 /// A stream of only tool calls never says `content: ""` (clients send that back as the
 /// assistant's content): the opening chunk has the role and no content.
 #[tokio::test]

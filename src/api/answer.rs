@@ -74,7 +74,8 @@ impl AnswerShaper {
     /// Ends the reply: the last deltas, the finish reason and the checked calls.
     ///
     /// # Errors
-    /// 422 when a finished call's arguments or a JSON reply do not match their schema.
+    /// 422 when a finished call's arguments or a JSON reply do not match their schema, or when
+    /// the reply stopped inside a call (a call is never returned half written as "stop").
     pub(super) fn finish(mut self, reason: FinishReason) -> Result<Ending, ApiError> {
         let (deltas, mut calls) = match self.parser.take() {
             Some(parser) => {
@@ -93,8 +94,14 @@ impl AnswerShaper {
         };
         calls.truncate(self.cut_at.unwrap_or(usize::MAX));
         if reason == FinishReason::Stop {
+            if let Some(cut) = calls.iter().find(|c| !c.complete) {
+                return Err(unusable_output(format!(
+                    "the reply stopped inside a call to {:?} (arguments so far: {})",
+                    cut.name, cut.arguments
+                )));
+            }
             if let Some(tools) = &self.plan.tools {
-                for call in calls.iter().filter(|c| c.complete) {
+                for call in &calls {
                     tools.check_arguments(&call.name, &call.arguments).map_err(unusable_output)?;
                 }
             }
@@ -199,4 +206,34 @@ fn call_delta(index: usize, id: Option<String>, name: Option<String>, arguments:
 /// The model's output broke a schema the grammar could not fully enforce.
 fn unusable_output(reason: String) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_code("invalid_model_output")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::{ToolFormat, ToolSet, ToolSpec};
+
+    fn timer_shaper() -> AnswerShaper {
+        let tool = ToolSpec {
+            name: "set_timer".into(),
+            description: None,
+            parameters: serde_json::json!({"type": "object", "properties": {"minutes": {"type": "integer"}},
+                "required": ["minutes"]}),
+        };
+        let tools = ToolSet::new(vec![tool]).expect("tools");
+        AnswerShaper::new(OutputPlan { format: ToolFormat::Generic, tools: Some(tools), schema: None })
+    }
+
+    #[test]
+    fn a_call_cut_by_a_stop_is_refused_not_returned() {
+        let mut shaper = timer_shaper();
+        let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"argu".into());
+        let error = shaper.finish(FinishReason::Stop).err().expect("a cut call is no answer");
+        assert_eq!((error.status, error.code), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_model_output")));
+        // At the token limit the cut call is reported as such, with finish_reason "length".
+        let mut shaper = timer_shaper();
+        let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"min".into());
+        let ending = shaper.finish(FinishReason::Length).expect("an answer");
+        assert_eq!((ending.finish_reason, ending.calls.len()), ("length", 1));
+    }
 }
