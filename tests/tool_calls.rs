@@ -560,3 +560,45 @@ async fn a_tool_call_stream_never_sends_empty_content() {
         assert!(calls > 0, "{chunks:?}");
     }
 }
+
+/// In `auto` mode a reply that opens with a JSON object is a call: SmolLM2 answered this
+/// request (seed 0) with `{"type": "function", "name": "set_timer", ...}` as content. Now such a
+/// reply is constrained into a valid call of a declared tool. (JSON after other text, such as
+/// `set_timer({...`, is text: only a reply-opening object counts as a call.)
+#[tokio::test]
+async fn auto_mode_never_answers_with_a_json_object_as_content() {
+    let (_guard, server) = exclusive_server().await;
+    let mut calls_made = 0;
+    for seed in 0..=7 {
+        let body = request(
+            "You are a home assistant.",
+            "Set a timer for two minutes please.",
+            json!("auto"),
+            json!({"temperature": 0.8, "seed": seed, "max_tokens": 96}),
+        );
+        let (status, answer) = post(&server.base, &body).await;
+        assert_eq!(status, 200, "seed {seed}: {answer}");
+        let message = &answer["choices"][0]["message"];
+        let content = message["content"].as_str().unwrap_or_default();
+        assert!(!content.trim_start().starts_with('{'), "seed {seed}: a JSON object as content: {answer}");
+        if let Some(calls) = message["tool_calls"].as_array() {
+            let complete =
+                if answer["choices"][0]["finish_reason"] == "length" { calls.len() - 1 } else { calls.len() };
+            for call in &calls[..complete] {
+                check_call(
+                    call["function"]["name"].as_str().expect("name"),
+                    call["function"]["arguments"].as_str().expect("arguments"),
+                )
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}: {answer}"));
+            }
+            calls_made += complete;
+        }
+        let streamed: String = post_stream(&server.base, &body)
+            .await
+            .iter()
+            .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str().map(String::from))
+            .collect();
+        assert_eq!(streamed, content, "seed {seed}: the stream says the same");
+    }
+    println!("SmolLM2 auto timer: {calls_made} valid calls in 8 replies");
+}

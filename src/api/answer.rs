@@ -52,7 +52,16 @@ pub(super) struct Ending {
 
 impl AnswerShaper {
     pub(super) fn new(plan: OutputPlan) -> Self {
-        let parser = plan.tools.as_ref().map(|_| ToolCallParser::new(plan.format));
+        let parser = plan.tools.as_ref().map(|tools| {
+            let parser = ToolCallParser::new(plan.format).with_tools(tools);
+            // Without a response format, the grammar makes a reply that opens with a JSON
+            // object a call (with one, that reply is the JSON answer).
+            if plan.schema.is_none() {
+                parser.with_json_object_calls()
+            } else {
+                parser
+            }
+        });
         Self { plan, parser, call_ids: Vec::new(), content: String::new(), held: None, cut_at: None }
     }
 
@@ -235,5 +244,15 @@ mod tests {
         let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"min".into());
         let ending = shaper.finish(FinishReason::Length).expect("an answer");
         assert_eq!((ending.finish_reason, ending.calls.len()), ("length", 1));
+    }
+
+    #[test]
+    fn a_json_object_opening_an_auto_reply_is_a_call() {
+        let mut shaper = timer_shaper();
+        let shaped = shaper.text(" {\"name\": \"set_timer\", \"arguments\": {\"minutes\": 2}}".into());
+        assert!(shaped.deltas.iter().all(|d| d.content.is_none()), "no content");
+        let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+        assert_eq!((ending.finish_reason, ending.content), ("tool_calls", None));
+        assert_eq!(ending.calls[0].function.arguments, "{\"minutes\": 2}");
     }
 }

@@ -53,8 +53,12 @@ pub struct Grammar {
     pub root: String,
     /// Lazy grammars: the texts that switch the grammar on. Until one appears, generation is
     /// free; from it on, the output must match `root`, which must itself begin with that text.
-    /// Empty: the grammar applies from the first token.
+    /// Empty (and no `anchored_triggers`): the grammar applies from the first token.
     pub triggers: Vec<String>,
+    /// Lazy grammars: texts that switch the grammar on only where they open the output, after
+    /// optional whitespace (the whitespace is not fed to the grammar). Once other text was
+    /// output they can no longer fire.
+    pub anchored_triggers: Vec<String>,
 }
 
 impl GenerationRequest {

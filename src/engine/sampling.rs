@@ -123,10 +123,83 @@ pub(crate) struct TokenPicker<'m> {
 /// A grammar and whether it applies yet.
 struct Constraint {
     grammar: LlamaSampler,
-    /// Texts that start the grammar; empty once it is active.
+    /// The triggers still awaited; `None` once the grammar applies (from the first token when
+    /// it has no triggers).
+    awaiting: Option<TriggerWatch>,
+}
+
+/// Watches the free output of a lazy grammar for the texts that switch it on.
+#[derive(Debug)]
+struct TriggerWatch {
+    /// Texts that switch the grammar on wherever they appear.
     triggers: Vec<String>,
+    /// Texts that switch it on only where they open the output after whitespace; emptied once
+    /// other text opened it.
+    anchored: Vec<String>,
     /// The end of the output so far, long enough to find a trigger that spans tokens.
     recent: Vec<u8>,
+    /// How many output bytes came before `recent`.
+    recent_start: usize,
+    /// The whole output so far, while an anchored trigger may still open it.
+    opening: Vec<u8>,
+}
+
+/// A trigger that appeared.
+#[derive(Debug, PartialEq, Eq)]
+struct Fired {
+    /// The output from the trigger's first byte on: what the grammar must accept.
+    text: Vec<u8>,
+    /// How many of those bytes earlier tokens wrote (the rest came with the latest token).
+    earlier: usize,
+}
+
+impl TriggerWatch {
+    /// A watch for these triggers; `None` when there are none (the grammar applies at once).
+    fn new(grammar: &Grammar) -> Option<Self> {
+        let texts = |list: &[String]| list.iter().filter(|t| !t.is_empty()).cloned().collect::<Vec<_>>();
+        let watch = Self {
+            triggers: texts(&grammar.triggers),
+            anchored: texts(&grammar.anchored_triggers),
+            recent: Vec::new(),
+            recent_start: 0,
+            opening: Vec::new(),
+        };
+        (!watch.triggers.is_empty() || !watch.anchored.is_empty()).then_some(watch)
+    }
+
+    /// Follows the next piece of output; returns the earliest trigger it completes.
+    fn push(&mut self, piece: &[u8]) -> Option<Fired> {
+        let piece_start = self.recent_start + self.recent.len();
+        self.recent.extend_from_slice(piece);
+        let mut found = self
+            .triggers
+            .iter()
+            .filter_map(|t| find_bytes(&self.recent, t.as_bytes()))
+            .min()
+            .map(|at| (self.recent_start + at, self.recent[at..].to_vec()));
+        if !self.anchored.is_empty() {
+            self.opening.extend_from_slice(piece);
+            let lead = self.opening.iter().take_while(|b| b.is_ascii_whitespace()).count();
+            let rest = &self.opening[lead..];
+            if self.anchored.iter().any(|t| rest.starts_with(t.as_bytes())) {
+                if found.as_ref().is_none_or(|&(at, _)| lead < at) {
+                    found = Some((lead, rest.to_vec()));
+                }
+            } else if !self.anchored.iter().any(|t| t.as_bytes().starts_with(rest)) {
+                // Other text opened the output: an anchored trigger can no longer fire.
+                self.anchored.clear();
+                self.opening = Vec::new();
+            }
+        }
+        if let Some((start, text)) = found {
+            return Some(Fired { text, earlier: piece_start.saturating_sub(start) });
+        }
+        let longest = self.triggers.iter().map(String::len).max().unwrap_or(0);
+        let excess = self.recent.len().saturating_sub(longest.saturating_sub(1));
+        self.recent.drain(..excess);
+        self.recent_start += excess;
+        None
+    }
 }
 
 impl<'m> TokenPicker<'m> {
@@ -144,8 +217,7 @@ impl<'m> TokenPicker<'m> {
             Some(grammar) => Some(Constraint {
                 grammar: LlamaSampler::grammar(model, &grammar.gbnf, &grammar.root)
                     .map_err(|e| EngineError::InvalidGrammar(format!("llama.cpp cannot parse the grammar ({e})")))?,
-                triggers: grammar.triggers.iter().filter(|t| !t.is_empty()).cloned().collect(),
-                recent: Vec::new(),
+                awaiting: TriggerWatch::new(grammar),
             }),
         };
         // Greedy over the shortlist is exact when one of it is allowed. With top-k sampling,
@@ -162,6 +234,12 @@ impl<'m> TokenPicker<'m> {
         Ok(Self { model, chain: build_sampler(params, model.n_vocab()), shortlist_need, constraint })
     }
 
+    /// Whether a grammar constrains the output now (a lazy grammar once its trigger appeared):
+    /// stop strings do not apply to constrained output.
+    pub(crate) fn constraining(&self) -> bool {
+        self.constraint.as_ref().is_some_and(|c| c.awaiting.is_none())
+    }
+
     /// Picks the token that follows the logits at `index` and records it as accepted.
     ///
     /// # Errors
@@ -169,7 +247,7 @@ impl<'m> TokenPicker<'m> {
     pub(crate) fn pick(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<LlamaToken, EngineError> {
         match self.constraint.as_ref() {
             None => return Ok(self.chain.sample(ctx, index)),
-            Some(constraint) if !constraint.triggers.is_empty() => {
+            Some(constraint) if constraint.awaiting.is_some() => {
                 if let Some(token) = self.pick_awaiting_trigger(ctx, index)? {
                     return Ok(token);
                 }
@@ -180,39 +258,26 @@ impl<'m> TokenPicker<'m> {
     }
 
     /// Free sampling while a lazy grammar waits for its trigger. When the picked token completes
-    /// a trigger, the grammar starts at the trigger and is fed the text from there. If that
-    /// token also carries text the grammar rejects (`></` completing `<tool_call>`), and the
-    /// trigger began in earlier tokens, the grammar starts with that earlier part and this
-    /// position is sampled again under it: `None` asks the caller to do so.
+    /// a trigger, the grammar starts at the trigger (all other triggers are dropped) and is fed
+    /// the text from there. If that token also carries text the grammar rejects (`></`
+    /// completing `<tool_call>`, ` {\n` opening the reply), the grammar starts with the
+    /// trigger's part in earlier tokens (possibly none) and this position is sampled again
+    /// under it: `None` asks the caller to do so. The rejected token's text before the trigger
+    /// is then not written.
     fn pick_awaiting_trigger(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<Option<LlamaToken>, EngineError> {
         let vocab = self.model.vocab();
         let mut candidates = ctx.token_data_array_ith(index);
         candidates.apply_sampler(&mut self.chain);
         let token = candidates.selected_token().ok_or_else(|| dead_end("the sampler chose no token"))?;
         let Some(constraint) = self.constraint.as_mut() else { return Ok(Some(token)) };
+        let Some(watch) = constraint.awaiting.as_mut() else { return Ok(Some(token)) };
         if !vocab.is_eog(token) {
-            let earlier = constraint.recent.len();
-            constraint.recent.extend_from_slice(&vocab.token_to_piece(token, true, None));
-            let found = constraint.triggers.iter().filter_map(|t| find_bytes(&constraint.recent, t.as_bytes())).min();
-            match found {
-                None => {
-                    let longest = constraint.triggers.iter().map(String::len).max().unwrap_or(0);
-                    let excess = constraint.recent.len().saturating_sub(longest.saturating_sub(1));
-                    constraint.recent.drain(..excess);
-                }
-                Some(start) => {
-                    constraint.triggers.clear();
-                    if feed_text(self.model, &mut constraint.grammar, &constraint.recent[start..]).is_err() {
-                        if start >= earlier {
-                            return Err(dead_end(&format!(
-                                "the output after the trigger breaks the grammar: {:?}",
-                                String::from_utf8_lossy(&constraint.recent[start..])
-                            )));
-                        }
-                        constraint.grammar.reset();
-                        feed_text(self.model, &mut constraint.grammar, &constraint.recent[start..earlier])?;
-                        return Ok(None);
-                    }
+            if let Some(fired) = watch.push(&vocab.token_to_piece(token, true, None)) {
+                constraint.awaiting = None;
+                if feed_text(self.model, &mut constraint.grammar, &fired.text).is_err() {
+                    constraint.grammar.reset();
+                    feed_text(self.model, &mut constraint.grammar, &fired.text[..fired.earlier])?;
+                    return Ok(None);
                 }
             }
         }
@@ -299,4 +364,69 @@ fn feed_text(model: &LlamaModel, grammar: &mut LlamaSampler, text: &[u8]) -> Res
 
 fn find_bytes(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(triggers: &[&str], anchored: &[&str]) -> TriggerWatch {
+        let list = |texts: &[&str]| texts.iter().map(|t| (*t).to_string()).collect();
+        TriggerWatch::new(&Grammar {
+            gbnf: String::new(),
+            root: "root".into(),
+            triggers: list(triggers),
+            anchored_triggers: list(anchored),
+        })
+        .expect("a lazy grammar")
+    }
+
+    fn fired(text: &str, earlier: usize) -> Option<Fired> {
+        Some(Fired { text: text.as_bytes().to_vec(), earlier })
+    }
+
+    #[test]
+    fn a_grammar_without_triggers_applies_at_once() {
+        let eager = Grammar {
+            gbnf: String::new(),
+            root: "root".into(),
+            triggers: vec![String::new()],
+            anchored_triggers: Vec::new(),
+        };
+        assert!(TriggerWatch::new(&eager).is_none());
+    }
+
+    #[test]
+    fn a_trigger_fires_anywhere_even_across_tokens() {
+        let mut w = watch(&["<tool_call>"], &[]);
+        assert_eq!(w.push(b"Sure, "), None);
+        assert_eq!(w.push(b"let me <tool"), None);
+        assert_eq!(w.push(b"_call>\n{"), fired("<tool_call>\n{", 5));
+    }
+
+    #[test]
+    fn an_anchored_trigger_fires_only_where_it_opens_the_output() {
+        let mut w = watch(&[], &["{"]);
+        assert_eq!(w.push(b" \n"), None);
+        assert_eq!(w.push(b" {\""), fired("{\"", 0), "after whitespace, without it");
+        let mut w = watch(&[], &["{\"name\""]);
+        assert_eq!(w.push(b"{\"na"), None);
+        assert_eq!(w.push(b"me\": \"f"), fired("{\"name\": \"f", 4));
+        let mut w = watch(&["<|python_tag|>"], &["{\"name\""]);
+        assert_eq!(w.push(b"Here is one: "), None);
+        assert!(w.anchored.is_empty(), "text opened the output: never again");
+        assert_eq!(w.push(b"{\"name\": \"f\"}"), None, "a call inside text is text");
+        assert_eq!(w.push(b" <|python_tag|>"), fired("<|python_tag|>", 0), "other triggers still fire");
+        let mut w = watch(&[], &["{\"name\""]);
+        assert_eq!(w.push(b"{\"city\""), None, "another object is no call");
+        assert!(w.anchored.is_empty());
+    }
+
+    #[test]
+    fn the_earliest_trigger_wins() {
+        let mut w = watch(&["<tool_call>"], &["{"]);
+        assert_eq!(w.push(b"{<tool_call>"), fired("{<tool_call>", 0));
+        let mut w = watch(&["<tool_call>"], &["{"]);
+        assert_eq!(w.push(b"<tool_call>{"), fired("<tool_call>{", 0));
+    }
 }

@@ -54,7 +54,8 @@ pub(crate) enum Layout {
         /// Starts the list.
         open: &'static str,
     },
-    /// A bare JSON object starting with `{"name"`, or the same after `<|python_tag|>`.
+    /// A bare JSON object starting with `{"name"` that opens the reply, or the same after
+    /// `<|python_tag|>`.
     BareJson,
 }
 
@@ -122,13 +123,33 @@ impl ToolFormat {
         }
     }
 
-    /// Texts that start a call in free text: the triggers of a lazy grammar, and stop strings
-    /// when calls are not allowed.
+    /// Texts that start a call wherever they appear in free text: the triggers of a lazy
+    /// grammar, and stop strings when calls are not allowed.
     #[must_use]
     pub fn openers(self) -> Vec<&'static str> {
         match self.layout() {
             Layout::Tagged { open, .. } | Layout::List { open } => vec![open],
-            Layout::BareJson => vec![PYTHON_TAG, BARE_JSON_OPENER],
+            Layout::BareJson => vec![PYTHON_TAG],
+        }
+    }
+
+    /// Texts that start a call only where they open the reply (after optional whitespace):
+    /// Llama 3's bare `{"name"`. Elsewhere they are ordinary text, so they are never stop
+    /// strings.
+    #[must_use]
+    pub fn anchored_openers(self) -> Vec<&'static str> {
+        match self.layout() {
+            Layout::BareJson => vec![BARE_JSON_OPENER],
+            Layout::Tagged { .. } | Layout::List { .. } => Vec::new(),
+        }
+    }
+
+    /// The arguments key of a bare JSON call opening the reply (`{"name": …, KEY: {…}}`): the
+    /// format's own for JSON formats, OpenAI's `arguments` for the others.
+    pub(crate) fn bare_args_key(self) -> &'static str {
+        match self.body() {
+            Body::Json { args_key } => args_key,
+            Body::Gemma { .. } => "arguments",
         }
     }
 

@@ -71,6 +71,21 @@ pub(crate) fn literal(text: &str) -> String {
     out
 }
 
+/// A GBNF character class matching any character except `excluded`, which are written as
+/// escapes so none of them can read as a range or the class's end.
+pub(crate) fn class_excluding(excluded: &[char]) -> String {
+    let mut out = String::from("[^");
+    for &c in excluded {
+        match u32::from(c) {
+            code @ 0..=0xFF => out.push_str(&format!("\\x{code:02X}")),
+            code @ 0x100..=0xFFFF => out.push_str(&format!("\\u{code:04X}")),
+            code => out.push_str(&format!("\\U{code:08X}")),
+        }
+    }
+    out.push(']');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +97,11 @@ mod tests {
             prefix_rules(grammar, "t0-"),
             "t0-root ::= \"{\" t0-space \"\\\"a-b\\\"\" [a-z\\]-] t0-item{1,3} # root here\nt0-space ::= | \" \"\nt0-item ::= [0-9]+\n"
         );
+    }
+
+    #[test]
+    fn excluded_characters_are_escaped() {
+        assert_eq!(class_excluding(&['<', '-', ']', 'é', '→']), r"[^\x3C\x2D\x5D\xE9\u2192]");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! grammars of the declared tools (function names restricted to them), and JSON output.
 
 use super::format::{Body, Layout, PYTHON_TAG};
-use super::gbnf::literal;
+use super::gbnf::{class_excluding, literal};
 use super::spec::{CheckedTool, OutputSchema};
 use super::{ToolChoice, ToolFormat, ToolSet};
 use crate::engine::Grammar;
@@ -14,8 +14,10 @@ const WS_RULE: &str = "fw-ws ::= [ \\t\\n]{0,4}\n";
 ///
 /// - `required` or a named function: the reply is only calls, from the first token.
 /// - `auto`: free text until the format's opener appears, then calls (a lazy grammar whose
-///   root begins with the opener, as the trigger mechanism needs). With a JSON schema too,
-///   the reply is either calls or the JSON.
+///   root begins with the opener, as the trigger mechanism needs). A reply that opens with a
+///   JSON object (after optional whitespace) is an attempted call too: `{` is an anchored
+///   trigger, and the object must be a bare call `{"name": …, "arguments": {…}}` of a declared
+///   tool. With a JSON schema, the reply is either calls or the JSON (no triggers).
 /// - `none`: no call grammar.
 /// - `parallel = false`: exactly one call.
 #[must_use]
@@ -33,21 +35,37 @@ pub fn request_grammar(
     };
     let lazy = *choice == ToolChoice::Auto && output.is_none();
     let calls = (!allowed.is_empty()).then(|| calls_grammar(format, &allowed, parallel, lazy));
-    let root = |gbnf: String| Grammar { gbnf, root: "fw-root".into(), triggers: Vec::new() };
+    let eager = |gbnf: String, root: &str| Grammar {
+        gbnf,
+        root: root.into(),
+        triggers: Vec::new(),
+        anchored_triggers: Vec::new(),
+    };
     match (calls, output) {
         (None, None) => None,
-        (None, Some(output)) => {
-            Some(Grammar { gbnf: output.grammar.clone(), root: OutputSchema::ROOT.into(), triggers: Vec::new() })
-        }
+        (None, Some(output)) => Some(eager(output.grammar.clone(), OutputSchema::ROOT)),
         (Some(calls), Some(output)) if *choice == ToolChoice::Auto => {
-            Some(root(format!("fw-root ::= fw-calls | {}\n{calls}{}", OutputSchema::ROOT, output.grammar)))
+            Some(eager(format!("fw-root ::= fw-calls | {}\n{calls}{}", OutputSchema::ROOT, output.grammar), "fw-root"))
         }
-        (Some(calls), _) if *choice == ToolChoice::Auto => Some(Grammar {
-            triggers: format.openers().into_iter().map(String::from).collect(),
-            ..root(format!("fw-root ::= fw-calls\n{calls}"))
-        }),
-        (Some(calls), _) => Some(root(format!("fw-root ::= fw-calls\n{calls}"))),
+        (Some(calls), _) if lazy => {
+            let root = if has_bare_rule(format, lazy) { "fw-calls | fw-bare" } else { "fw-calls" };
+            Some(Grammar {
+                triggers: format.openers().into_iter().map(String::from).collect(),
+                anchored_triggers: vec![JSON_OBJECT_OPENER.to_string()],
+                ..eager(format!("fw-root ::= {root}\n{calls}"), "fw-root")
+            })
+        }
+        (Some(calls), _) => Some(eager(format!("fw-root ::= fw-calls\n{calls}"), "fw-root")),
     }
+}
+
+/// How a reply that is a JSON object begins: in `auto` mode, an attempted call.
+const JSON_OBJECT_OPENER: &str = "{";
+
+/// Whether the grammar has a separate `fw-bare` rule for a bare JSON call opening the reply:
+/// lazy grammars of formats whose own calls are not bare JSON already.
+fn has_bare_rule(format: ToolFormat, lazy: bool) -> bool {
+    lazy && format.layout() != Layout::BareJson
 }
 
 /// Rules `fw-calls` (one or more calls in the format's layout) and everything they use.
@@ -67,6 +85,17 @@ fn calls_grammar(format: ToolFormat, tools: &[&CheckedTool], parallel: bool, laz
             one.to_string()
         }
     };
+    if has_bare_rule(format, lazy) {
+        match format.body() {
+            // The same object the tagged calls carry.
+            Body::Json { .. } => out.push_str("fw-bare ::= fw-call\n"),
+            Body::Gemma { .. } => {
+                let key = format.bare_args_key();
+                let bare: Vec<String> = tools.iter().map(|tool| json_call_rule(key, tool)).collect();
+                out.push_str(&format!("fw-bare ::= {}\n", bare.join(" | ")));
+            }
+        }
+    }
     match format.layout() {
         Layout::Tagged { open, close } => {
             let (after_open, before_close) = match format.body() {
@@ -94,8 +123,9 @@ fn calls_grammar(format: ToolFormat, tools: &[&CheckedTool], parallel: bool, laz
     if let Body::Gemma { quote } = format.body() {
         out.push_str(&gemma_value_rules(quote));
     }
+    let json_arguments = matches!(format.body(), Body::Json { .. }) || has_bare_rule(format, lazy);
     for tool in tools {
-        if let Body::Json { .. } = format.body() {
+        if json_arguments {
             out.push_str(&tool.arguments_grammar);
             if !tool.arguments_grammar.ends_with('\n') {
                 out.push('\n');
@@ -111,11 +141,7 @@ fn calls_grammar(format: ToolFormat, tools: &[&CheckedTool], parallel: bool, laz
 fn call_rule(body: Body, tool: &CheckedTool) -> String {
     let name = &tool.spec.name;
     match body {
-        Body::Json { args_key } => format!(
-            "( {} {}root \"}}\" )",
-            literal(&format!("{{\"name\": \"{name}\", \"{args_key}\": ")),
-            tool.rule_prefix
-        ),
+        Body::Json { args_key } => json_call_rule(args_key, tool),
         Body::Gemma { .. } => {
             let keys: Vec<String> = tool
                 .spec
@@ -134,17 +160,81 @@ fn call_rule(body: Body, tool: &CheckedTool) -> String {
     }
 }
 
-/// Gemma's value syntax: JSON-like, with strings between quote markers.
+/// A call as one JSON object, written exactly as templates write it.
+fn json_call_rule(args_key: &str, tool: &CheckedTool) -> String {
+    format!(
+        "( {} {}root \"}}\" )",
+        literal(&format!("{{\"name\": \"{}\", \"{args_key}\": ", tool.spec.name)),
+        tool.rule_prefix
+    )
+}
+
+/// Gemma's value syntax: JSON-like, with strings between quote markers and numbers as JSON
+/// writes them (no leading zeros), so the converted arguments are valid JSON.
 fn gemma_value_rules(quote: &str) -> String {
     format!(
         "fw-g-value ::= fw-g-string | fw-g-dict | fw-g-array | fw-g-number | \"true\" | \"false\" | \"null\"\n\
-         fw-g-string ::= {q} ( [^<] | \"<\" [^|e] )* {q}\n\
+         fw-g-string ::= {q} fw-g-text-0 {q}\n\
+         {text}\
          fw-g-key ::= [^:}}<,{{ ]+\n\
          fw-g-dict ::= \"{{\" ( fw-g-key \":\" fw-g-value ( \",\" fw-g-key \":\" fw-g-value )* )? \"}}\"\n\
          fw-g-array ::= \"[\" ( fw-g-value ( \",\" fw-g-value )* )? \"]\"\n\
-         fw-g-number ::= \"-\"? [0-9]+ ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n",
-        q = literal(quote)
+         fw-g-number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n",
+        q = literal(quote),
+        text = text_without(quote, "fw-g-text")
     )
+}
+
+/// Rules `{name}-0`, `{name}-1`, … matching exactly the texts that do not contain `marker`
+/// (any of them may end right before it): `{name}-k` is the state where the text so far ends
+/// with the first `k` characters of the marker and contains no whole marker.
+fn text_without(marker: &str, name: &str) -> String {
+    let mut out = String::new();
+    for (k, state) in marker_free_states(marker).iter().enumerate() {
+        let mut alternatives = vec![String::new()];
+        for &(c, next) in &state.moves {
+            alternatives.push(format!("{} {name}-{next}", literal(&c.to_string())));
+        }
+        alternatives.push(format!("{} {name}-0", class_excluding(&state.special)));
+        out.push_str(&format!("{name}-{k} ::= {}\n", alternatives.join(" | ")));
+    }
+    out
+}
+
+/// A state of the automaton that follows text for a marker (Knuth-Morris-Pratt).
+#[derive(Debug, PartialEq, Eq)]
+struct MarkerState {
+    /// Characters that lead to another state than 0, with that state.
+    moves: Vec<(char, usize)>,
+    /// Characters that do not lead to state 0: those of `moves` and the one that would
+    /// complete the marker (not allowed).
+    special: Vec<char>,
+}
+
+/// The states 0..n of the automaton that reads text without `marker` (n characters long).
+fn marker_free_states(marker: &str) -> Vec<MarkerState> {
+    let chars: Vec<char> = marker.chars().collect();
+    let mut alphabet = chars.clone();
+    alphabet.sort_unstable();
+    alphabet.dedup();
+    (0..chars.len())
+        .map(|k| {
+            let mut state = MarkerState { moves: Vec::new(), special: Vec::new() };
+            for &c in &alphabet {
+                // The longest beginning of the marker that ends the text read so far plus `c`.
+                let mut read = chars[..k].to_vec();
+                read.push(c);
+                let next = (0..=read.len().min(chars.len())).rev().find(|&m| read.ends_with(&chars[..m])).unwrap_or(0);
+                if next == chars.len() {
+                    state.special.push(c);
+                } else if next > 0 {
+                    state.moves.push((c, next));
+                    state.special.push(c);
+                }
+            }
+            state
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -178,11 +268,90 @@ mod tests {
     fn auto_is_lazy_on_the_opener_and_required_is_not() {
         let auto = request_grammar(ToolFormat::Hermes, &tools(), &ToolChoice::Auto, true, None).expect("grammar");
         assert_eq!(auto.triggers, vec!["<tool_call>".to_string()]);
+        assert_eq!(auto.anchored_triggers, vec!["{".to_string()]);
         assert!(auto.gbnf.contains("fw-one ::= \"<tool_call>\""), "{}", auto.gbnf);
+        assert!(auto.gbnf.starts_with("fw-root ::= fw-calls | fw-bare\n"), "{}", auto.gbnf);
         let required =
             request_grammar(ToolFormat::Hermes, &tools(), &ToolChoice::Required, false, None).expect("grammar");
         assert!(required.triggers.is_empty());
         assert!(required.gbnf.contains("fw-calls ::= fw-one\n"), "{}", required.gbnf);
+    }
+
+    #[test]
+    fn llama3_bare_json_opens_the_reply_only() {
+        let auto = request_grammar(ToolFormat::Llama3, &tools(), &ToolChoice::Auto, true, None).expect("grammar");
+        assert_eq!(auto.triggers, vec!["<|python_tag|>".to_string()], "no `{{\"name\"` trigger inside text");
+        assert_eq!(auto.anchored_triggers, vec!["{".to_string()]);
+        assert!(auto.gbnf.starts_with("fw-root ::= fw-calls\n"), "its own calls are bare JSON: {}", auto.gbnf);
+        assert!(!ToolFormat::Llama3.openers().contains(&"{\"name\""), "not a stop string with tool_choice none");
+        assert_eq!(ToolFormat::Llama3.anchored_openers(), vec!["{\"name\""]);
+    }
+
+    #[test]
+    fn auto_gemma_grammars_take_a_bare_json_call_too() {
+        let auto = request_grammar(ToolFormat::Gemma4, &tools(), &ToolChoice::Auto, true, None).expect("grammar");
+        assert!(
+            auto.gbnf.contains(
+                "fw-bare ::= ( \"{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": \" fw-t0-root \"}\" ) | ( "
+            ),
+            "{}",
+            auto.gbnf
+        );
+        assert!(auto.gbnf.contains("fw-t1-root ::="), "the arguments grammars are included: {}", auto.gbnf);
+        let required =
+            request_grammar(ToolFormat::Gemma4, &tools(), &ToolChoice::Required, true, None).expect("grammar");
+        assert!(!required.gbnf.contains("fw-bare") && required.anchored_triggers.is_empty(), "{}", required.gbnf);
+        let schema = OutputSchema::new(&json!({"type": "object"})).expect("schema");
+        let with_schema =
+            request_grammar(ToolFormat::Hermes, &tools(), &ToolChoice::Auto, true, Some(&schema)).expect("grammar");
+        assert!(with_schema.triggers.is_empty() && with_schema.anchored_triggers.is_empty());
+        assert!(!with_schema.gbnf.contains("fw-bare"), "plain JSON stays possible: {}", with_schema.gbnf);
+    }
+
+    /// Runs the automaton of [`marker_free_states`] over `text`: whether it stays free of the marker.
+    fn accepted_without(marker: &str, text: &str) -> bool {
+        let states = marker_free_states(marker);
+        let mut k = 0;
+        for c in text.chars() {
+            let state = &states[k];
+            k = match state.moves.iter().find(|(m, _)| *m == c) {
+                Some(&(_, next)) => next,
+                None if state.special.contains(&c) => return false,
+                None => 0,
+            };
+        }
+        true
+    }
+
+    #[test]
+    fn gemma_strings_are_exactly_the_texts_without_the_quote() {
+        for quote in ["<|\"|>", "<escape>"] {
+            for text in ["a<", "a<<b", "x<|y", "<", "<<", "<|", "<|\"|", "<esc", "<<escape", "a<|\"<|\"|", "é<é"] {
+                assert!(accepted_without(quote, text), "{quote}: {text:?}");
+            }
+            for text in [quote.to_string(), format!("x{quote}"), format!("<{quote}y"), format!("<|{quote}")] {
+                assert!(!accepted_without(quote, &text), "{quote}: {text:?}");
+            }
+            // Every text over the marker's characters and one other, up to 7 long.
+            let alphabet: Vec<char> =
+                quote.chars().chain(['a']).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+            let mut texts = vec![String::new()];
+            for _ in 0..7 {
+                texts = texts.iter().flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}"))).collect();
+                for text in &texts {
+                    assert_eq!(accepted_without(quote, text), !text.contains(quote), "{quote}: {text:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gemma_string_and_number_rules() {
+        let rules = gemma_value_rules("<|\"|>");
+        assert!(rules.contains("fw-g-string ::= \"<|\\\"|>\" fw-g-text-0 \"<|\\\"|>\"\n"), "{rules}");
+        assert!(rules.contains("fw-g-text-0 ::=  | \"<\" fw-g-text-1 | [^\\x3C] fw-g-text-0\n"), "{rules}");
+        assert!(rules.contains("fw-g-text-4 ::=  | \"<\" fw-g-text-1 | [^\\x3C\\x3E] fw-g-text-0\n"), "{rules}");
+        assert!(rules.contains("fw-g-number ::= \"-\"? ( \"0\" | [1-9] [0-9]* )"), "no leading zeros: {rules}");
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! Scanning Gemma's `call:name{key:value,…}` call syntax, converting it to JSON as it streams.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use super::{flush, partial_suffix, ScanEvent};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +26,10 @@ pub(super) struct GemmaCall {
     expect_key: bool,
     key: String,
     in_string: bool,
+    /// The argument names of each tool, by tool name.
+    keys: Arc<HashMap<String, Vec<String>>>,
+    /// The argument names of the called tool (the only keys the grammar allows at the top).
+    arguments: Vec<String>,
 }
 
 impl GemmaCall {
@@ -32,7 +39,7 @@ impl GemmaCall {
         self.stage == GemmaStage::Done
     }
 
-    pub(super) fn new(quote: &'static str) -> Self {
+    pub(super) fn new(quote: &'static str, keys: Arc<HashMap<String, Vec<String>>>) -> Self {
         Self {
             quote,
             stage: GemmaStage::Prefix,
@@ -41,6 +48,8 @@ impl GemmaCall {
             expect_key: false,
             key: String::new(),
             in_string: false,
+            keys,
+            arguments: Vec::new(),
         }
     }
 
@@ -72,7 +81,9 @@ impl GemmaCall {
                 Some(0)
             }
             GemmaStage::Name if c == '{' => {
-                events.push(ScanEvent::Name(self.name.trim().to_string()));
+                let name = self.name.trim().to_string();
+                self.arguments = self.keys.get(&name).cloned().unwrap_or_default();
+                events.push(ScanEvent::Name(name));
                 self.stage = GemmaStage::Body;
                 Some(0)
             }
@@ -94,6 +105,9 @@ impl GemmaCall {
                 }
             },
             GemmaStage::Body if self.expect_key && !(c == '}' && self.key.is_empty()) => {
+                if self.containers.len() == 1 && self.key.is_empty() && !self.arguments.is_empty() {
+                    return self.known_key(rest, json);
+                }
                 if c == ':' {
                     json.push_str(&serde_json::Value::String(self.key.trim().to_string()).to_string());
                     json.push(':');
@@ -132,6 +146,35 @@ impl GemmaCall {
                 Some(c.len_utf8())
             }
             GemmaStage::Done => None,
+        }
+    }
+}
+
+impl GemmaCall {
+    /// A top-level key: the longest argument name that `rest` starts with, followed by `:`
+    /// (names may contain `:`); `None` while a longer name may still follow.
+    fn known_key(&mut self, rest: &str, json: &mut String) -> Option<usize> {
+        let may_grow = self.arguments.iter().any(|k| k.len() + 1 > rest.len() && format!("{k}:").starts_with(rest));
+        if may_grow {
+            return None;
+        }
+        let key = self
+            .arguments
+            .iter()
+            .filter(|k| rest.starts_with(k.as_str()) && rest[k.len()..].starts_with(':'))
+            .max_by_key(|k| k.len());
+        match key {
+            Some(key) => {
+                json.push_str(&serde_json::Value::String(key.clone()).to_string());
+                json.push(':');
+                self.expect_key = false;
+                Some(key.len() + 1)
+            }
+            // Not one of them (only possible without a grammar): read up to the first `:`.
+            None => {
+                self.arguments.clear();
+                Some(0)
+            }
         }
     }
 }

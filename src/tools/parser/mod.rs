@@ -5,10 +5,14 @@
 mod gemma_call;
 mod json_call;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use gemma_call::GemmaCall;
 use json_call::JsonCall;
 
-use super::format::{Body, Layout, ToolFormat, PYTHON_TAG};
+use super::format::{Body, Layout, ToolFormat};
+use super::ToolSet;
 
 /// A piece of parsed output, in output order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,13 +76,62 @@ pub struct ToolCallParser {
     calls: Vec<ParsedCall>,
     /// Whitespace after a call is layout, not content.
     after_call: bool,
+    /// Nothing but whitespace has been received: a bare JSON call may still open the reply.
+    opening: bool,
+    /// Texts that start a bare JSON call where they open the reply.
+    anchored: Vec<&'static str>,
+    /// Whether the call being scanned is a bare JSON call (not in the format's layout).
+    bare_call: bool,
+    /// The argument names of each tool, by tool name.
+    keys: Arc<HashMap<String, Vec<String>>>,
 }
 
 impl ToolCallParser {
-    /// A parser for one reply in `format`.
+    /// A parser for one reply in `format`. Only Llama 3's `{"name"` opens a bare JSON call
+    /// (see [`Self::with_json_object_calls`]), and only where it opens the reply.
     #[must_use]
     pub fn new(format: ToolFormat) -> Self {
-        Self { format, state: State::Content, buffer: String::new(), calls: Vec::new(), after_call: false }
+        Self {
+            format,
+            state: State::Content,
+            buffer: String::new(),
+            calls: Vec::new(),
+            after_call: false,
+            opening: true,
+            anchored: format.anchored_openers(),
+            bare_call: false,
+            keys: Arc::default(),
+        }
+    }
+
+    /// Tells the parser the argument names of `tools`: a Gemma call's key then ends at the
+    /// longest argument name followed by `:`, so names containing `:` are read whole (the
+    /// grammar allows only these names).
+    #[must_use]
+    pub fn with_tools(mut self, tools: &ToolSet) -> Self {
+        let keys = tools
+            .specs()
+            .map(|spec| {
+                let names = spec
+                    .parameters
+                    .get("properties")
+                    .and_then(serde_json::Value::as_object)
+                    .map(|p| p.keys().cloned().collect())
+                    .unwrap_or_default();
+                (spec.name.clone(), names)
+            })
+            .collect();
+        self.keys = Arc::new(keys);
+        self
+    }
+
+    /// A reply that opens with a JSON object (after optional whitespace) is a bare call
+    /// `{"name": …, "arguments": {…}}` in every format: `auto` mode without a response format,
+    /// where the grammar makes such a reply a call.
+    #[must_use]
+    pub fn with_json_object_calls(mut self) -> Self {
+        self.anchored = vec!["{"];
+        self
     }
 
     /// Feeds the next text; returns the pieces it completes.
@@ -138,6 +191,10 @@ impl ToolCallParser {
                     call.complete = true;
                 }
                 self.state = match self.format.layout() {
+                    _ if self.bare_call => {
+                        self.after_call = true;
+                        State::Content
+                    }
                     Layout::Tagged { close, .. } => State::Expect(Expected::Close(close)),
                     Layout::List { .. } => State::Expect(Expected::ListNext),
                     Layout::BareJson => {
@@ -151,6 +208,23 @@ impl ToolCallParser {
     }
 
     fn step_content(&mut self, out: &mut Vec<ParsedPiece>) -> bool {
+        if self.opening {
+            let rest = self.buffer.trim_start();
+            // Whitespace, or the beginning of a bare call's opener: wait for more.
+            if rest.is_empty() || self.anchored.iter().any(|o| o.starts_with(rest) && o.len() > rest.len()) {
+                return false;
+            }
+            self.opening = false;
+            if self.anchored.iter().any(|o| rest.starts_with(o)) {
+                // The whitespace before the call is not content; the opener is the start of
+                // the call's JSON, left to the scanner.
+                let lead = self.buffer.len() - rest.len();
+                self.buffer.drain(..lead);
+                self.bare_call = true;
+                self.state = State::Call(CallScanner::Json(JsonCall::new(self.format.bare_args_key())));
+                return true;
+            }
+        }
         let openers = self.format.openers();
         let found = openers.iter().filter_map(|o| self.buffer.find(o).map(|at| (at, *o))).min_by_key(|&(at, _)| at);
         match found {
@@ -158,11 +232,8 @@ impl ToolCallParser {
                 let before: String = self.buffer.drain(..at).collect();
                 self.emit_content(&before, out);
                 self.state = match self.format.layout() {
-                    Layout::Tagged { .. } => State::Expect(Expected::Call),
+                    Layout::Tagged { .. } | Layout::BareJson => State::Expect(Expected::Call),
                     Layout::List { .. } => State::Expect(Expected::ListStart),
-                    Layout::BareJson if opener == PYTHON_TAG => State::Expect(Expected::Call),
-                    // The opener is the start of the call's JSON: leave it to the scanner.
-                    Layout::BareJson => return self.start_call(),
                 };
                 self.buffer.drain(..opener.len());
                 true
@@ -215,9 +286,10 @@ impl ToolCallParser {
     }
 
     fn start_call(&mut self) -> bool {
+        self.bare_call = false;
         self.state = State::Call(match self.format.body() {
             Body::Json { args_key } => CallScanner::Json(JsonCall::new(args_key)),
-            Body::Gemma { quote } => CallScanner::Gemma(GemmaCall::new(quote)),
+            Body::Gemma { quote } => CallScanner::Gemma(GemmaCall::new(quote, Arc::clone(&self.keys))),
         });
         true
     }
@@ -309,19 +381,26 @@ mod tests {
     /// Parses `output` fed in two pieces split at every character boundary (and in one piece),
     /// checking each split gives the same content, calls and argument text.
     fn parse_every_split(format: ToolFormat, output: &str) -> (String, Vec<ParsedCall>) {
-        let whole = parse_in_pieces(format, &[output]);
+        parse_every_split_with(&|| ToolCallParser::new(format), output)
+    }
+
+    fn parse_every_split_with(parser: &dyn Fn() -> ToolCallParser, output: &str) -> (String, Vec<ParsedCall>) {
+        let whole = parse_pieces_with(parser(), &[output]);
         for (at, _) in output.char_indices().skip(1) {
-            let split = parse_in_pieces(format, &[&output[..at], &output[at..]]);
+            let split = parse_pieces_with(parser(), &[&output[..at], &output[at..]]);
             assert_eq!(split, whole, "split at byte {at} of {output:?}");
         }
         let chars: Vec<String> = output.chars().map(String::from).collect();
         let by_char: Vec<&str> = chars.iter().map(String::as_str).collect();
-        assert_eq!(parse_in_pieces(format, &by_char), whole, "one character at a time");
+        assert_eq!(parse_pieces_with(parser(), &by_char), whole, "one character at a time");
         whole
     }
 
     fn parse_in_pieces(format: ToolFormat, pieces: &[&str]) -> (String, Vec<ParsedCall>) {
-        let mut parser = ToolCallParser::new(format);
+        parse_pieces_with(ToolCallParser::new(format), pieces)
+    }
+
+    fn parse_pieces_with(mut parser: ToolCallParser, pieces: &[&str]) -> (String, Vec<ParsedCall>) {
         let mut all = Vec::new();
         for piece in pieces {
             all.extend(parser.push(piece));
@@ -387,6 +466,64 @@ mod tests {
         let tagged = "<|python_tag|>{\"name\": \"set_timer\", \"parameters\": {\"minutes\": 3}}";
         let (content, calls) = parse_every_split(ToolFormat::Llama3, tagged);
         assert_eq!((content.as_str(), calls), ("", vec![call("set_timer", "{\"minutes\": 3}")]));
+    }
+
+    #[test]
+    fn llama3_bare_json_counts_only_where_it_opens_the_reply() {
+        let output = " \n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
+        let (content, calls) = parse_every_split(ToolFormat::Llama3, output);
+        assert_eq!((content.as_str(), calls), ("", vec![call("get_weather", "{\"city\": \"Paris\"}")]));
+        let inside = "Call it like this: {\"name\": \"get_weather\", \"parameters\": {}} and done.";
+        let (content, calls) = parse_every_split(ToolFormat::Llama3, inside);
+        assert_eq!((content.as_str(), calls), (inside, vec![]), "a call inside text is text");
+        let object = "{\"city\": \"Paris\"}";
+        assert_eq!(parse_every_split(ToolFormat::Llama3, object), (object.to_string(), vec![]));
+    }
+
+    #[test]
+    fn a_json_object_opening_the_reply_is_a_call_in_every_format() {
+        let bare = "{\"name\": \"set_timer\", \"arguments\": {\"minutes\": 2}}";
+        for format in [
+            ToolFormat::Generic,
+            ToolFormat::Hermes,
+            ToolFormat::Mistral,
+            ToolFormat::Gemma4,
+            ToolFormat::FunctionGemma,
+        ] {
+            let parser = || ToolCallParser::new(format).with_json_object_calls();
+            let (content, calls) = parse_every_split_with(&parser, &format!("\n {bare}"));
+            assert_eq!((content.as_str(), calls), ("", vec![call("set_timer", "{\"minutes\": 2}")]), "{format:?}");
+            let text = format!("Sure: {bare}");
+            assert_eq!(parse_every_split_with(&parser, &text), (text.clone(), vec![]), "{format:?}: inside text");
+            // Without the option (a response format is given), a JSON reply is content.
+            assert_eq!(parse_every_split(format, bare), (bare.to_string(), vec![]), "{format:?}");
+        }
+        let parser = || ToolCallParser::new(ToolFormat::Llama3).with_json_object_calls();
+        let llama = "{\"name\": \"set_timer\", \"parameters\": {\"minutes\": 2}}";
+        assert_eq!(
+            parse_every_split_with(&parser, llama),
+            (String::new(), vec![call("set_timer", "{\"minutes\": 2}")])
+        );
+        let (content, _) = parse_pieces_with(parser(), &["  "]);
+        assert_eq!(content, "  ", "a reply of whitespace is content");
+    }
+
+    #[test]
+    fn gemma_keys_may_contain_colons() {
+        let tools = crate::tools::ToolSet::new(vec![crate::tools::ToolSpec {
+            name: "f".into(),
+            description: None,
+            parameters: serde_json::json!({"type": "object", "properties": {
+                "a": {"type": "integer"}, "a:b": {"type": "string"}, "c": {"type": "object"}}}),
+        }])
+        .expect("tools");
+        let parser = || ToolCallParser::new(ToolFormat::Gemma4).with_tools(&tools);
+        let output = "<|tool_call>call:f{a:b:<|\"|>x:y<|\"|>,a:1,c:{d:2}}<tool_call|>";
+        let (content, calls) = parse_every_split_with(&parser, output);
+        assert_eq!(content, "");
+        assert_eq!(calls, vec![call("f", "{\"a:b\":\"x:y\",\"a\":1,\"c\":{\"d\":2}}")]);
+        let value: serde_json::Value = serde_json::from_str(&calls[0].arguments).expect("JSON");
+        assert_eq!(value["a:b"], "x:y");
     }
 
     #[test]
