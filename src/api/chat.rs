@@ -3,7 +3,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -11,8 +11,9 @@ use axum::Json;
 use futures_util::stream::{self, Stream};
 
 use super::answer::AnswerShaper;
+use super::convert::prepare_job;
 use super::error::ApiError;
-use super::extract::ApiJson;
+use super::extract::read_json;
 use super::wire::{
     ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Delta, PromptTokensDetails,
     ResponseMessage, WireTimings, WireUsage,
@@ -66,10 +67,19 @@ fn late_error(error: Option<EngineError>) -> ApiError {
 /// The handler.
 pub(super) async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    ApiJson(body): ApiJson<ChatCompletionRequest>,
+    request: Request,
 ) -> Result<Response, ApiError> {
     let model = state.engine.model_info()?;
-    let job = body.into_job(&model)?;
+    // Refused before the body is read when it could not run anyway, or when enough bodies are
+    // being read already: concurrent large bodies would otherwise take unbounded memory.
+    state.engine.ensure_room()?;
+    let reading = state.bodies.try_acquire().map_err(|_| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server busy: too many requests are being read")
+            .with_code("queue_full")
+    })?;
+    let body: ChatCompletionRequest = read_json(request, state.body_timeout).await?;
+    let job = prepare_job(&state.conversions, body, model).await?;
+    drop(reading);
     let mut generation = state.engine.submit(job.request)?;
     // Rejections the engine finds (prompt too long, ...) arrive before `Started`: answer them
     // with a proper status instead of a 200 stream.

@@ -8,6 +8,7 @@
 mod config;
 mod decoder;
 mod error;
+mod ffi;
 mod load;
 mod prefix;
 mod request;
@@ -16,7 +17,7 @@ mod speculation;
 mod text;
 mod worker;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 
@@ -32,6 +33,11 @@ pub use error::EngineError;
 pub use request::{DraftStats, Event, FinishReason, GenerationRequest, Grammar, Prompt, Timings, Usage};
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};
+
+/// Stack reserved for every thread that tokenizes: some pre-tokenizers fall back to
+/// `std::regex`, which recurses once per character of a match (10,000 spaces overflow a 2 MiB
+/// stack). Reserved address space, not memory used.
+pub(crate) const LARGE_STACK_BYTES: usize = 256 << 20;
 
 /// The linked llama.cpp, as vendored by the pinned `llama-cpp-sys-2` crate.
 pub const LLAMA_CPP_BUILD: &str = "llama.cpp vendored by llama-cpp-sys-2 0.1.160";
@@ -112,6 +118,17 @@ struct Job {
     events: tokio_mpsc::UnboundedSender<Event>,
     /// Set by [`Generation::finish_now`].
     finish_requested: Arc<AtomicBool>,
+    /// Counts the job as admitted until it is served or dropped.
+    _admitted: Admission,
+}
+
+/// One admitted generation (queued or running); dropping it frees its place.
+struct Admission(Arc<AtomicUsize>);
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 struct Shared {
@@ -120,6 +137,8 @@ struct Shared {
     state_notify: Notify,
     commands: SyncSender<Command>,
     queue_size: usize,
+    /// Generations admitted and not yet finished (the running one included).
+    admitted: Arc<AtomicUsize>,
     shutting_down: Arc<AtomicBool>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -165,6 +184,7 @@ impl Engine {
             state_notify: Notify::new(),
             commands,
             queue_size: config.queue_size,
+            admitted: Arc::new(AtomicUsize::new(0)),
             shutting_down: Arc::new(AtomicBool::new(false)),
             worker: Mutex::new(None),
         });
@@ -172,6 +192,7 @@ impl Engine {
         let shutting_down = Arc::clone(&shared.shutting_down);
         let worker = std::thread::Builder::new()
             .name("firstword-inference".into())
+            .stack_size(LARGE_STACK_BYTES)
             .spawn(move || {
                 let report = move |result: Result<(ModelInfo, ChatTemplate), EngineError>| {
                     if let Some(shared) = reporter.upgrade() {
@@ -253,18 +274,33 @@ impl Engine {
     /// Not loaded yet, shutting down, queue full, or the chat template rejected the messages.
     pub fn submit(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
         let loaded = self.loaded()?;
-        if self.shared.shutting_down.load(Ordering::Relaxed) {
-            return Err(EngineError::ShuttingDown);
-        }
+        self.ensure_room()?;
         let prompt = loaded.render(&request.prompt)?;
         let (events, receiver) = tokio_mpsc::unbounded_channel();
         let finish_requested = Arc::new(AtomicBool::new(false));
-        let job = Job { prompt, request, events, finish_requested: Arc::clone(&finish_requested) };
+        self.shared.admitted.fetch_add(1, Ordering::Relaxed);
+        let admitted = Admission(Arc::clone(&self.shared.admitted));
+        let job = Job { prompt, request, events, finish_requested: Arc::clone(&finish_requested), _admitted: admitted };
         match self.shared.commands.try_send(Command::Generate(Box::new(job))) {
             Ok(()) => Ok(Generation { events: receiver, finish_requested }),
             Err(TrySendError::Full(_)) => Err(EngineError::QueueFull { capacity: self.shared.queue_size }),
             Err(TrySendError::Disconnected(_)) => Err(EngineError::ShuttingDown),
         }
+    }
+
+    /// Fails as a submission now would for lack of room: queue full (one request runs and
+    /// `queue_size` wait) or shutting down. Lets callers refuse before reading a large request.
+    ///
+    /// # Errors
+    /// [`EngineError::QueueFull`] or [`EngineError::ShuttingDown`].
+    pub fn ensure_room(&self) -> Result<(), EngineError> {
+        if self.shared.shutting_down.load(Ordering::Relaxed) {
+            return Err(EngineError::ShuttingDown);
+        }
+        if self.shared.admitted.load(Ordering::Relaxed) > self.shared.queue_size {
+            return Err(EngineError::QueueFull { capacity: self.shared.queue_size });
+        }
+        Ok(())
     }
 
     /// Tokenizes a prompt exactly as a generation would (template, BOS handling). Waits its turn

@@ -31,7 +31,8 @@ pub enum Prompt {
 pub struct GenerationRequest {
     /// What to continue.
     pub prompt: Prompt,
-    /// Most tokens to generate; `None` means until the context is full. `Some(0)` only prefills
+    /// Most tokens to generate; `None`: the engine's `n_predict` cap
+    /// ([`EngineConfig::n_predict`](crate::EngineConfig)), else until the context is full. `Some(0)` only prefills
     /// the prompt into the cache (useful to warm it before the user finishes speaking).
     pub max_tokens: Option<u32>,
     /// Generation ends before the first occurrence of any of these strings.
