@@ -1,7 +1,18 @@
 //! Speculative decoding against real models: the tiny generated MTP model (its NextN head
-//! drafts) and SmolLM2 drafting for itself. Output with speculation equals output without,
-//! token for token (greedy and seeded sampling, with and without a tool-call grammar); the
-//! prefix cache stays exact across turns in both contexts; bad set-ups are refused at start-up.
+//! drafts) and SmolLM2 drafting for itself.
+//!
+//! What is compared where: on the MTP fixture, output with speculation equals output without,
+//! token for token (greedy and seeded sampling, and a tool call under a grammar). That holds by
+//! construction there: its top logit leads the next by ~8 sigma (over 28 logits; see
+//! tests/fixtures/make_tiny_mtp.py), while llama.cpp's logits move by 0.00003 at most between a
+//! verify batch and one-at-a-time decoding (tests/verify_batch.rs). On a real model they can
+//! move enough to swap near-tied tokens (llama.cpp's CPU kernels are not always
+//! batch-invariant), so SmolLM2's speculative text is not compared with plain decoding's here:
+//! tests/verify_batch.rs measures that difference and checks that speculative greedy output
+//! departs from plain decoding only at such near-ties. Here SmolLM2 checks what holds on any
+//! model: drafts are verified and nearly all accepted, grammar-constrained calls stay valid, the
+//! prefix cache stays exact across turns in both contexts; and bad set-ups are refused at
+//! start-up.
 
 mod common;
 
@@ -53,7 +64,9 @@ fn seeded(seed: u32) -> SamplingParams {
 }
 
 /// Runs every prompt greedily and with two seeds on both engines; asserts equal text and
-/// returns the drafter's totals.
+/// returns the drafter's totals. Only for the MTP fixture, where equality holds by construction
+/// (see the module docs): its top token has nearly all the probability at temperature 0.8 too,
+/// so a seeded draw picks it whatever tiny difference the verify batch makes.
 fn assert_same_output(plain: &Engine, speculative: &Engine, max_tokens: u32) -> DraftStats {
     let mut total = DraftStats::default();
     for prompt in PROMPTS {
@@ -90,14 +103,40 @@ fn auto_picks_mtp_for_a_model_with_nextn_layers() {
     assert!(answer.draft.is_some_and(|d| d.drafted > 0), "{:?}", answer.draft);
 }
 
+/// A model drafting for itself proposes what the target would pick, so nearly every draft is
+/// accepted: greedy, a draft is rejected only where the drafter's one-token-at-a-time logits
+/// and the target's verify batch disagree on a near-tie. Seeded sampling drafts and verifies
+/// too (the target's sampled token decides); its text is not compared with plain decoding's
+/// (see the module docs).
 #[test]
-fn a_model_drafting_for_itself_is_accepted_nearly_always_and_changes_nothing() {
-    let plain = engine(smollm2_path(), SpecMode::None, None);
-    let self_draft = engine(smollm2_path(), SpecMode::Draft, Some(smollm2_path()));
-    let total = assert_same_output(&plain, &self_draft, 48);
-    let rate = f64::from(total.accepted) / f64::from(total.drafted);
-    eprintln!("self-draft: {total:?}, acceptance {rate:.2}");
-    assert!(total.drafted > 50 && rate > 0.9, "{total:?}, acceptance {rate:.2}");
+fn a_model_drafting_for_itself_is_accepted_nearly_always() {
+    // No confidence cut-off: the drafter drafts as deep as the depth allows, so most tokens are
+    // verified as drafts.
+    let speculation = SpeculationConfig {
+        mode: SpecMode::Draft,
+        draft_model: Some(smollm2_path()),
+        always: true,
+        draft_p_min: 0.0,
+        ..SpeculationConfig::default()
+    };
+    let self_draft =
+        Engine::start(firstword::EngineConfig { speculation, ..test_config(smollm2_path()) }).expect("model loads");
+    let mut greedy = DraftStats::default();
+    for prompt in PROMPTS {
+        let answer = run(&self_draft, conversation(prompt), 48, SamplingParams::greedy());
+        let draft = answer.draft.expect("draft counts with speculation");
+        greedy.drafted += draft.drafted;
+        greedy.accepted += draft.accepted;
+        for seed in [1, 2] {
+            let sampled = run(&self_draft, conversation(prompt), 48, seeded(seed));
+            let draft = sampled.draft.expect("draft counts with speculation");
+            assert!(draft.drafted > 0 && draft.accepted <= draft.drafted, "{prompt:?}, seed {seed}: {draft:?}");
+            assert!(sampled.usage.completion_tokens > 0);
+        }
+    }
+    let rate = f64::from(greedy.accepted) / f64::from(greedy.drafted);
+    eprintln!("self-draft, greedy: {greedy:?}, acceptance {rate:.2}");
+    assert!(greedy.drafted > 100 && rate > 0.9, "{greedy:?}, acceptance {rate:.2}");
 }
 
 /// Turn 2 reuses turn 1's prompt and reply in the target, and the drafter evaluates only the
@@ -160,23 +199,44 @@ async fn calls(base: &str) -> (Vec<Value>, Value) {
     (calls.iter().map(|c| c["function"].clone()).collect(), body["timings"].clone())
 }
 
+/// On the MTP fixture the calls equal plain decoding's. Where the grammar allows the walk's top
+/// token, its ~8-sigma lead decides; where it forces other text, the pick is among the allowed
+/// tokens, whose logits are the fixture's random values (spread ~8): not a designed margin, but
+/// a gap under the 0.00003 a verify batch moves them (tests/verify_batch.rs) is vanishingly
+/// unlikely. On SmolLM2 equality is not guaranteed (see the module docs); what speculation must
+/// keep there is the grammar: drafts it rejects are not accepted, so the calls stay valid.
 #[tokio::test]
-async fn grammar_constrained_tool_calls_are_the_same_with_speculation() {
-    for (plain, speculative) in [
-        (engine(smollm2_path(), SpecMode::None, None), engine(smollm2_path(), SpecMode::Draft, Some(smollm2_path()))),
-        (engine(tiny_mtp_path(), SpecMode::None, None), engine(tiny_mtp_path(), SpecMode::Mtp, None)),
-    ] {
-        let (plain, speculative) = (spawn_server(plain), spawn_server(speculative));
-        let (expected, plain_timings) = calls(&plain.base).await;
-        let (got, timings) = calls(&speculative.base).await;
-        assert!(!expected.is_empty());
-        assert_eq!(got, expected);
-        eprintln!("tool call {got:?}, timings {timings}");
-        assert!(plain_timings.get("draft_n").is_none(), "{plain_timings}");
-        let (drafted, accepted) =
-            (timings["draft_n"].as_u64().expect("draft_n"), timings["draft_n_accepted"].as_u64().expect("accepted"));
-        assert!(drafted > 0 && accepted <= drafted, "{timings}");
+async fn grammar_constrained_tool_calls_stay_valid_with_speculation() {
+    let (plain, mtp) = (
+        spawn_server(engine(tiny_mtp_path(), SpecMode::None, None)),
+        spawn_server(engine(tiny_mtp_path(), SpecMode::Mtp, None)),
+    );
+    let (expected, plain_timings) = calls(&plain.base).await;
+    let (got, timings) = calls(&mtp.base).await;
+    assert!(!expected.is_empty());
+    assert_eq!(got, expected);
+    eprintln!("MTP fixture: tool call {got:?}, timings {timings}");
+    assert!(plain_timings.get("draft_n").is_none(), "{plain_timings}");
+    assert_drafted(&timings);
+
+    let self_draft = spawn_server(engine(smollm2_path(), SpecMode::Draft, Some(smollm2_path())));
+    let (got, timings) = calls(&self_draft.base).await;
+    eprintln!("SmolLM2 drafting for itself: tool call {got:?}, timings {timings}");
+    assert!(!got.is_empty());
+    for call in &got {
+        assert_eq!(call["name"], "get_weather", "{call}");
+        let arguments: Value =
+            serde_json::from_str(call["arguments"].as_str().expect("arguments are a string")).expect("JSON arguments");
+        assert!(arguments["city"].is_string(), "{arguments}");
+        assert!(["celsius", "fahrenheit"].contains(&arguments["unit"].as_str().expect("unit")), "{arguments}");
     }
+    assert_drafted(&timings);
+}
+
+fn assert_drafted(timings: &Value) {
+    let (drafted, accepted) =
+        (timings["draft_n"].as_u64().expect("draft_n"), timings["draft_n_accepted"].as_u64().expect("accepted"));
+    assert!(drafted > 0 && accepted <= drafted, "{timings}");
 }
 
 fn serve_fails(args: &[&str]) -> String {

@@ -251,30 +251,48 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
 }
 
 /// The decision rule: a server must pass the tool check; among those, the lowest mean warm
-/// TTFT wins; servers within 5% of it are tie-broken on cold TTFT.
+/// TTFT wins; servers within 5% of it are tie-broken on cold TTFT. The reason given is the
+/// step that decided: the tool check alone when only one server passed it (whatever the
+/// others' TTFT), warm TTFT when one passing server is clearly ahead, cold TTFT otherwise.
 ///
 /// # Errors
 /// No server passed the tool check: there is no decision.
 pub fn decide(summaries: &[Summary]) -> Result<String, String> {
     let passing: Vec<&Summary> = summaries.iter().filter(|s| s.tool_pass() && s.warm_ttft_mean.is_some()).collect();
+    let warm = |s: &Summary| s.warm_ttft_mean.unwrap_or(f64::INFINITY);
     let best_warm = passing
         .iter()
-        .filter_map(|s| s.warm_ttft_mean)
+        .map(|s| warm(s))
         .min_by(f64::total_cmp)
         .ok_or_else(|| "no server passed the tool check; no decision".to_string())?;
-    let close: Vec<&&Summary> =
-        passing.iter().filter(|s| s.warm_ttft_mean.is_some_and(|w| w <= best_warm * 1.05)).collect();
-    let winner = close
-        .iter()
-        .min_by(|a, b| {
-            let cold = |s: &Summary| s.cold_ttft.map_or(f64::INFINITY, |c| c.median);
-            cold(a).total_cmp(&cold(b))
-        })
-        .ok_or_else(|| "no decision".to_string())?;
-    let why = if close.len() > 1 {
-        "passes the tool check; warm TTFT within 5% of the best, lowest cold TTFT"
+    let (close, behind): (Vec<&Summary>, Vec<&Summary>) = passing.iter().partition(|s| warm(s) <= best_warm * 1.05);
+    let cold = |s: &Summary| s.cold_ttft.map_or(f64::INFINITY, |c| c.median);
+    let winner =
+        close.iter().copied().min_by(|a, b| cold(a).total_cmp(&cold(b))).ok_or_else(|| "no decision".to_string())?;
+    let ms = |value: f64| if value.is_finite() { format!("{value:.0} ms") } else { "not measured".to_string() };
+    let why = if passing.len() == 1 {
+        if summaries.len() == 1 {
+            "the only server measured; it passes the tool check".to_string()
+        } else {
+            format!("the only one of {} servers that passes the tool check; TTFT did not decide", summaries.len())
+        }
+    } else if close.len() == 1 {
+        let next = behind.iter().map(|s| warm(s)).min_by(f64::total_cmp).unwrap_or(f64::INFINITY);
+        format!(
+            "lowest mean warm TTFT of the {} servers that pass the tool check: {} vs {}",
+            passing.len(),
+            ms(best_warm),
+            ms(next)
+        )
     } else {
-        "passes the tool check; lowest mean warm TTFT"
+        let runner_up = close.iter().filter(|s| s.server != winner.server).map(|s| cold(s)).min_by(f64::total_cmp);
+        format!(
+            "{} servers that pass the tool check are within 5% of the best mean warm TTFT ({}); lowest cold TTFT: {} vs {}",
+            close.len(),
+            ms(best_warm),
+            ms(cold(winner)),
+            ms(runner_up.unwrap_or(f64::INFINITY))
+        )
     };
     Ok(format!("{} ({why})", winner.server))
 }
@@ -436,6 +454,27 @@ mod tests {
         assert!(decision.starts_with("b "), "{decision}");
         let clear = [rows("a", 900.0, 100.0, true), rows("b", 500.0, 110.0, true)].concat();
         assert!(decide(&summarize(&clear, &[])).expect("decision").starts_with("a "));
+    }
+
+    #[test]
+    fn the_reason_given_is_the_step_that_decided() {
+        // Only one server passes the tool check: that decides, although its warm TTFT is higher.
+        let tool_check = [rows("fast-but-broken", 100.0, 290.0, false), rows("correct", 200.0, 320.0, true)].concat();
+        let decision = decide(&summarize(&tool_check, &[])).expect("decision");
+        assert_eq!(decision, "correct (the only one of 2 servers that passes the tool check; TTFT did not decide)");
+        let alone = decide(&summarize(&rows("solo", 100.0, 320.0, true), &[])).expect("decision");
+        assert_eq!(alone, "solo (the only server measured; it passes the tool check)");
+        // Several pass and one is more than 5% ahead on warm TTFT: that decides.
+        let warm = [rows("a", 900.0, 290.0, true), rows("b", 100.0, 320.0, true), rows("c", 1.0, 10.0, false)].concat();
+        let decision = decide(&summarize(&warm, &[])).expect("decision");
+        assert_eq!(decision, "a (lowest mean warm TTFT of the 2 servers that pass the tool check: 290 ms vs 320 ms)");
+        // Within 5% of each other: cold TTFT decides.
+        let cold = [rows("a", 900.0, 300.0, true), rows("b", 500.0, 310.0, true)].concat();
+        let decision = decide(&summarize(&cold, &[])).expect("decision");
+        assert_eq!(
+            decision,
+            "b (2 servers that pass the tool check are within 5% of the best mean warm TTFT (300 ms); lowest cold TTFT: 500 ms vs 900 ms)"
+        );
     }
 
     #[test]
