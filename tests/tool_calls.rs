@@ -75,6 +75,21 @@ fn check_call(name: &str, arguments: &str) -> Result<(), String> {
     }
 }
 
+/// Checks every complete call of a non-streamed answer (the token limit may cut the last one);
+/// returns how many there were. `context` starts the panic message.
+fn check_complete_calls(answer: &Value, context: &str) -> usize {
+    let Some(calls) = answer["choices"][0]["message"]["tool_calls"].as_array() else { return 0 };
+    let complete = if answer["choices"][0]["finish_reason"] == "length" { calls.len() - 1 } else { calls.len() };
+    for call in &calls[..complete] {
+        check_call(
+            call["function"]["name"].as_str().expect("name"),
+            call["function"]["arguments"].as_str().expect("arguments"),
+        )
+        .unwrap_or_else(|e| panic!("{context}{e}: {answer}"));
+    }
+    complete
+}
+
 fn request(system: &str, user: &str, choice: Value, extra: Value) -> Value {
     let mut body = json!({
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
@@ -310,18 +325,7 @@ async fn auto_never_leaks_markers(server: &TestServer) {
                 assert!(!content.contains(marker), "marker {marker} in content {content:?}: {answer}");
             }
         }
-        if let Some(calls) = message["tool_calls"].as_array() {
-            // The token limit may cut the last call.
-            let complete =
-                if answer["choices"][0]["finish_reason"] == "length" { calls.len() - 1 } else { calls.len() };
-            for call in &calls[..complete] {
-                check_call(
-                    call["function"]["name"].as_str().expect("name"),
-                    call["function"]["arguments"].as_str().expect("args"),
-                )
-                .unwrap_or_else(|e| panic!("{e}: {answer}"));
-            }
-        }
+        check_complete_calls(&answer, "");
     }
 }
 
@@ -581,24 +585,18 @@ async fn auto_mode_never_answers_with_a_json_object_as_content() {
         let message = &answer["choices"][0]["message"];
         let content = message["content"].as_str().unwrap_or_default();
         assert!(!content.trim_start().starts_with('{'), "seed {seed}: a JSON object as content: {answer}");
-        if let Some(calls) = message["tool_calls"].as_array() {
-            let complete =
-                if answer["choices"][0]["finish_reason"] == "length" { calls.len() - 1 } else { calls.len() };
-            for call in &calls[..complete] {
-                check_call(
-                    call["function"]["name"].as_str().expect("name"),
-                    call["function"]["arguments"].as_str().expect("arguments"),
-                )
-                .unwrap_or_else(|e| panic!("seed {seed}: {e}: {answer}"));
-            }
-            calls_made += complete;
-        }
+        calls_made += check_complete_calls(&answer, &format!("seed {seed}: "));
         let streamed: String = post_stream(&server.base, &body)
             .await
             .iter()
             .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str().map(String::from))
             .collect();
-        assert_eq!(streamed, content, "seed {seed}: the stream says the same");
+        // Not compared with the answer above: the second request starts from another cache
+        // state (a reused prefix), and sampled text may then differ; the rule holds for both.
+        assert!(
+            !streamed.trim_start().starts_with('{'),
+            "seed {seed}: a JSON object as streamed content: {streamed:?}"
+        );
     }
     println!("SmolLM2 auto timer: {calls_made} valid calls in 8 replies");
 }
