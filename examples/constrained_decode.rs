@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use firstword::tools::{request_grammar, OutputSchema, ToolChoice, ToolFormat, ToolSet, ToolSpec};
+use firstword::chat::tools::{request_grammar, OutputSchema, ToolChoice, ToolDefinition, ToolFormat, ToolSet};
 use firstword::{ChatMessage, Engine, EngineConfig, Event, GenerationRequest, Grammar, Prompt, SamplingParams};
 use serde_json::json;
 
@@ -22,7 +22,7 @@ fn median(values: &mut [f64]) -> f64 {
 fn run(
     engine: &Engine,
     format: ToolFormat,
-    tools: &[ToolSpec],
+    tools: &[ToolDefinition],
     grammar: Option<Grammar>,
     tokens: u32,
     seed: u32,
@@ -61,7 +61,7 @@ fn main() {
     let engine = Engine::start(EngineConfig { ctx_size: Some(4096), ..EngineConfig::new(model) }).expect("model loads");
     let format = engine.model_info().expect("loaded").tool_format;
 
-    let specs = vec![ToolSpec {
+    let specs = vec![ToolDefinition {
         name: "get_weather".into(),
         description: Some("Current weather in a city".into()),
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"},

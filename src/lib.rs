@@ -39,10 +39,9 @@ pub mod api;
 pub mod bench;
 pub mod chat;
 pub mod engine;
-pub mod tools;
 
-pub use chat::{ChatMessage, Role};
+pub use chat::{ChatMessage, Grammar, Role};
 pub use engine::{
-    Engine, EngineConfig, EngineError, Event, FinishReason, Generation, GenerationRequest, Grammar, ModelInfo, Prompt,
+    Engine, EngineConfig, EngineError, Event, FinishReason, Generation, GenerationRequest, ModelInfo, Prompt,
     SamplingParams, Usage,
 };

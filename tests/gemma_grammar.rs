@@ -5,7 +5,7 @@
 
 mod common;
 
-use firstword::tools::{request_grammar, ToolChoice, ToolFormat, ToolSet, ToolSpec};
+use firstword::chat::tools::{request_grammar, ToolChoice, ToolDefinition, ToolFormat, ToolSet};
 use firstword::Grammar;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
@@ -45,7 +45,7 @@ fn verdict(model: &LlamaModel, grammar: &Grammar, text: &str) -> Verdict {
 }
 
 fn tools() -> ToolSet {
-    ToolSet::new(vec![ToolSpec {
+    ToolSet::new(vec![ToolDefinition {
         name: "f".into(),
         description: None,
         parameters: json!({"type": "object", "properties": {

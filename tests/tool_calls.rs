@@ -5,8 +5,8 @@
 mod common;
 
 use common::{exclusive_server, parse_sse, spawn_server, test_config, SseData, TestServer};
+use firstword::chat::tools::ToolDefinition;
 use firstword::chat::ToolCall;
-use firstword::tools::ToolSpec;
 use firstword::{ChatMessage, Engine, Prompt, Role};
 use serde_json::{json, Value};
 
@@ -224,13 +224,13 @@ async fn json_schema_replies_validate(server: &TestServer) {
     }
 }
 
-/// The tool specs of [`tools`], for engine-level calls.
-fn tool_specs() -> Vec<ToolSpec> {
+/// The tool definitions of [`tools`], for engine-level calls.
+fn tool_specs() -> Vec<ToolDefinition> {
     tools()
         .as_array()
         .expect("tools")
         .iter()
-        .map(|t| ToolSpec {
+        .map(|t| ToolDefinition {
             name: t["function"]["name"].as_str().expect("name").into(),
             description: t["function"]["description"].as_str().map(String::from),
             parameters: t["function"]["parameters"].clone(),
@@ -406,14 +406,14 @@ async fn no_sampler_setting_aborts_with_or_without_a_grammar() {
 /// grammar parser and constrains real generation.
 #[tokio::test]
 async fn every_format_grammar_parses_in_llama_cpp() {
-    use firstword::tools::{request_grammar, OutputSchema, ToolChoice, ToolFormat, ToolSet, ToolSpec};
+    use firstword::chat::tools::{request_grammar, OutputSchema, ToolChoice, ToolDefinition, ToolFormat, ToolSet};
     use firstword::{Event, GenerationRequest, Prompt, SamplingParams};
     let (_guard, server) = exclusive_server().await;
-    let specs: Vec<ToolSpec> = tools()
+    let specs: Vec<ToolDefinition> = tools()
         .as_array()
         .expect("tools")
         .iter()
-        .map(|t| ToolSpec {
+        .map(|t| ToolDefinition {
             name: t["function"]["name"].as_str().expect("name").into(),
             description: None,
             parameters: t["function"]["parameters"].clone(),

@@ -12,8 +12,8 @@ use axum::http::StatusCode;
 use super::convert::OutputPlan;
 use super::error::ApiError;
 use super::wire::{Delta, FunctionCall, FunctionDelta, ResponseToolCall, ToolCallDelta};
+use crate::chat::tools::{ParsedCall, ParsedPiece, ToolCallParser};
 use crate::engine::FinishReason;
-use crate::tools::{ParsedCall, ParsedPiece, ToolCallParser};
 
 /// Follows one reply as its text arrives.
 pub(super) struct AnswerShaper {
@@ -220,10 +220,10 @@ fn unusable_output(reason: String) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::{ToolFormat, ToolSet, ToolSpec};
+    use crate::chat::tools::{ToolDefinition, ToolFormat, ToolSet};
 
     fn timer_shaper() -> AnswerShaper {
-        let tool = ToolSpec {
+        let tool = ToolDefinition {
             name: "set_timer".into(),
             description: None,
             parameters: serde_json::json!({"type": "object", "properties": {"minutes": {"type": "integer"}},

@@ -13,9 +13,9 @@ use tokio::sync::Semaphore;
 use super::error::ApiError;
 use super::limits::{check_schema, check_stops, too_many, MAX_LOGIT_BIAS, MAX_TOOLS};
 use super::wire::{ChatCompletionRequest, Content, Stop, WireMessage};
+use crate::chat::tools::{request_grammar, OutputSchema, ToolChoice, ToolDefinition, ToolError, ToolFormat, ToolSet};
 use crate::chat::{ChatMessage, Role, ToolCall};
 use crate::engine::{GenerationRequest, ModelInfo, Prompt, SamplingParams, LARGE_STACK_BYTES};
-use crate::tools::{request_grammar, OutputSchema, ToolChoice, ToolError, ToolFormat, ToolSet, ToolSpec};
 
 /// A validated request: what to run and how to answer.
 #[derive(Debug)]
@@ -195,7 +195,7 @@ pub(crate) async fn prepare_job(
 }
 
 /// `tools`: each `{"type": "function", "function": {"name", "description"?, "parameters"?}}`.
-fn convert_tools(tools: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
+fn convert_tools(tools: Vec<Value>) -> Result<Vec<ToolDefinition>, ApiError> {
     if tools.len() > MAX_TOOLS {
         return Err(too_many("tools", "tools", tools.len(), MAX_TOOLS));
     }
@@ -235,7 +235,7 @@ fn convert_tools(tools: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
                     schema.clone()
                 }
             };
-            Ok(ToolSpec { name: name.to_string(), description, parameters })
+            Ok(ToolDefinition { name: name.to_string(), description, parameters })
         })
         .collect()
 }

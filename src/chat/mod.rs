@@ -1,14 +1,24 @@
-//! Conversations and chat templates: turning messages into the exact prompt text a model was
-//! trained on. Knows nothing about the KV cache or HTTP.
+//! Everything about what a model reads and writes as text: conversations and chat templates
+//! (the exact prompt text a model was trained on), tool definitions and the prompts that
+//! describe them, the grammars that constrain output, and the streaming parsers that turn
+//! generated text back into tool calls.
+//!
+//! Pure: knows nothing about the KV cache, llama.cpp or HTTP, and imports nothing else of the
+//! crate.
 
+mod grammar;
 mod message;
 mod pyjson;
+mod render;
 mod template;
+pub mod tools;
 
+pub use grammar::Grammar;
 pub use message::{ChatMessage, Role, ToolCall};
+pub use render::ChatFormat;
 pub use template::{ChatTemplate, ModelTemplateFacts, TemplateError, TemplateSource};
 
 /// `value` as Python's `json.dumps` writes it (what templates and tool prompts show models).
-pub(crate) fn python_json(value: &serde_json::Value) -> String {
+fn python_json(value: &serde_json::Value) -> String {
     pyjson::dumps(value, None)
 }

@@ -24,13 +24,13 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::{mpsc as tokio_mpsc, Notify};
 
-use crate::chat::ChatTemplate;
-pub use crate::chat::TemplateSource;
-use crate::tools::{prepare_messages, ToolFormat, ToolSpec};
+use crate::chat::tools::ToolFormat;
+use crate::chat::ChatFormat;
+pub use crate::chat::{Grammar, TemplateSource};
 
 pub use config::{physical_cores, EngineConfig, FlashAttention};
 pub use error::EngineError;
-pub use request::{DraftStats, Event, FinishReason, GenerationRequest, Grammar, Prompt, Timings, Usage};
+pub use request::{DraftStats, Event, FinishReason, GenerationRequest, Prompt, Timings, Usage};
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};
 
@@ -71,22 +71,14 @@ pub struct ModelInfo {
 #[derive(Debug)]
 struct Loaded {
     info: ModelInfo,
-    template: ChatTemplate,
+    chat: ChatFormat,
 }
 
 impl Loaded {
-    /// Renders chat prompts through the template; other prompts pass through.
+    /// Renders chat prompts through the model's chat format; other prompts pass through.
     fn render(&self, prompt: &Prompt) -> Result<worker::PromptInput, EngineError> {
         Ok(match prompt {
-            // Earlier calls and tool results are written the same way whether or not this turn
-            // carries tools, so a follow-up without them still shows the model its history.
-            Prompt::Chat { messages, tools } => {
-                let format = self.info.tool_format;
-                let messages = prepare_messages(format, messages, tools);
-                let definitions = (format.template_renders_tools() && !tools.is_empty())
-                    .then(|| serde_json::Value::Array(tools.iter().map(ToolSpec::to_openai_json).collect()));
-                worker::PromptInput::Text(self.template.render(&messages, definitions.as_ref(), true)?)
-            }
+            Prompt::Chat { messages, tools } => worker::PromptInput::Text(self.chat.render(messages, tools)?),
             Prompt::Text(text) => worker::PromptInput::Text(text.clone()),
             Prompt::Tokens(tokens) => worker::PromptInput::Tokens(tokens.clone()),
         })
@@ -194,10 +186,10 @@ impl Engine {
             .name("firstword-inference".into())
             .stack_size(LARGE_STACK_BYTES)
             .spawn(move || {
-                let report = move |result: Result<(ModelInfo, ChatTemplate), EngineError>| {
+                let report = move |result: Result<(ModelInfo, ChatFormat), EngineError>| {
                     if let Some(shared) = reporter.upgrade() {
                         *shared.state.lock() = match result {
-                            Ok((info, template)) => LoadState::Ready(Arc::new(Loaded { info, template })),
+                            Ok((info, chat)) => LoadState::Ready(Arc::new(Loaded { info, chat })),
                             Err(e) => LoadState::Failed(e),
                         };
                         shared.state_changed.notify_all();

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use crate::chat::ChatMessage;
+use crate::chat::tools::ToolDefinition;
+use crate::chat::{ChatMessage, Grammar};
 use crate::engine::{EngineError, SamplingParams};
-use crate::tools::ToolSpec;
 
 /// The text to continue.
 #[derive(Clone, Debug)]
@@ -17,8 +17,8 @@ pub enum Prompt {
         /// The conversation so far.
         messages: Vec<ChatMessage>,
         /// Functions the model may call: given to templates that render tools, described in the
-        /// system message for the others (see [`crate::tools::prepare_messages`]).
-        tools: Vec<ToolSpec>,
+        /// system message for the others (see [`crate::chat::tools::prepare_messages`]).
+        tools: Vec<ToolDefinition>,
     },
     /// Raw text, tokenized as is (special tokens in it are parsed).
     Text(String),
@@ -43,23 +43,6 @@ pub struct GenerationRequest {
     pub grammar: Option<Grammar>,
     /// Special tokens to show as text (tool-call markers); other special tokens are not shown.
     pub preserved_tokens: Vec<String>,
-}
-
-/// A GBNF grammar constraining generation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Grammar {
-    /// The grammar text (llama.cpp GBNF).
-    pub gbnf: String,
-    /// The rule the output must match.
-    pub root: String,
-    /// Lazy grammars: the texts that switch the grammar on. Until one appears, generation is
-    /// free; from it on, the output must match `root`, which must itself begin with that text.
-    /// Empty (and no `anchored_triggers`): the grammar applies from the first token.
-    pub triggers: Vec<String>,
-    /// Lazy grammars: texts that switch the grammar on only where they open the output, after
-    /// optional whitespace (the whitespace is not fed to the grammar). Once other text was
-    /// output they can no longer fire.
-    pub anchored_triggers: Vec<String>,
 }
 
 impl GenerationRequest {

@@ -19,8 +19,7 @@ use super::sampling::TokenPicker;
 use super::speculation::{DraftDepth, SpeculationPlan};
 use super::text::{longest_run, StopMatcher, StopScan, Utf8Stream};
 use super::{Command, DraftStats, EngineConfig, EngineError, Event, FinishReason, Job, ModelInfo, Timings, Usage};
-use crate::chat::{ChatTemplate, ModelTemplateFacts};
-use crate::tools::ToolFormat;
+use crate::chat::{ChatFormat, ModelTemplateFacts};
 
 /// Longest run of characters of one kind a text prompt may hold (see [`longest_run`]). With
 /// the inference thread's reserved stack, llama.cpp's `std::regex` pre-tokenizers were measured
@@ -37,7 +36,7 @@ pub(crate) enum PromptInput {
 /// Body of the inference thread.
 pub(super) fn run(
     config: &EngineConfig,
-    report: impl FnOnce(Result<(ModelInfo, ChatTemplate), EngineError>),
+    report: impl FnOnce(Result<(ModelInfo, ChatFormat), EngineError>),
     commands: &Receiver<Command>,
     shutting_down: &AtomicBool,
 ) {
@@ -47,8 +46,8 @@ pub(super) fn run(
     };
     let session = Session::new(backend, &model, draft_model.as_ref(), &plan, config, shutting_down);
     let mut session = match session {
-        Ok((session, info, template)) => {
-            report(Ok((info, template)));
+        Ok((session, info, chat)) => {
+            report(Ok((info, chat)));
             session
         }
         Err(e) => return report(Err(e)),
@@ -154,7 +153,7 @@ impl<'m> Session<'m> {
         plan: &SpeculationPlan,
         config: &EngineConfig,
         shutting_down: &'m AtomicBool,
-    ) -> Result<(Self, ModelInfo, ChatTemplate), EngineError> {
+    ) -> Result<(Self, ModelInfo, ChatFormat), EngineError> {
         let architecture = model.meta_val_str("general.architecture").unwrap_or_default();
         // The window llama.cpp applies, which the GGUF key alone does not always tell.
         let n_swa = effective_sliding_window(model);
@@ -170,7 +169,7 @@ impl<'m> Session<'m> {
             bos_token: bos_text.clone(),
             eos_token: token_text(vocab.eos()),
         };
-        let (template, template_source) = ChatTemplate::for_model(&facts, config.chat_template_file.as_deref())
+        let chat = ChatFormat::for_model(&facts, config.chat_template_file.as_deref())
             .map_err(|e| EngineError::TemplateSetup(e.to_string()))?;
 
         let id = config
@@ -185,8 +184,8 @@ impl<'m> Session<'m> {
             n_ctx_train,
             n_vocab: model.n_vocab(),
             n_swa,
-            template_source,
-            tool_format: ToolFormat::detect(template.source()),
+            template_source: chat.source().clone(),
+            tool_format: chat.tool_format(),
             threads: config.threads,
             threads_batch: config.threads_batch,
         };
@@ -204,7 +203,7 @@ impl<'m> Session<'m> {
             bos_text,
             shutting_down,
         };
-        Ok((session, info, template))
+        Ok((session, info, chat))
     }
 
     fn tokenize(&self, prompt: PromptInput) -> Result<Vec<LlamaToken>, EngineError> {

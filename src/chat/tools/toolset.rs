@@ -7,7 +7,7 @@ use super::gbnf;
 
 /// A function the model may call (OpenAI `tools[].function`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct ToolSpec {
+pub struct ToolDefinition {
     /// Function name: letters, digits, `_` and `-`, at most 64 characters.
     pub name: String,
     /// What the function does, for the model.
@@ -16,7 +16,7 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
-impl ToolSpec {
+impl ToolDefinition {
     /// The definition in OpenAI's `{"type": "function", "function": {...}}` shape, as chat
     /// templates and the generic tool prompt show it to the model.
     #[must_use]
@@ -104,7 +104,7 @@ impl ToolError {
 /// A tool after checking: its validator and the grammar of its arguments.
 #[derive(Debug)]
 pub(crate) struct CheckedTool {
-    pub spec: ToolSpec,
+    pub spec: ToolDefinition,
     validator: jsonschema::Validator,
     /// GBNF for the arguments object; rules prefixed so that its root is `{prefix}root`.
     pub arguments_grammar: String,
@@ -123,7 +123,7 @@ impl ToolSet {
     ///
     /// # Errors
     /// The first [`ToolError`] found.
-    pub fn new(specs: Vec<ToolSpec>) -> Result<Self, ToolError> {
+    pub fn new(specs: Vec<ToolDefinition>) -> Result<Self, ToolError> {
         let mut tools: Vec<CheckedTool> = Vec::with_capacity(specs.len());
         for (index, spec) in specs.into_iter().enumerate() {
             let valid_name = !spec.name.is_empty()
@@ -154,7 +154,7 @@ impl ToolSet {
     }
 
     /// The definitions, in request order.
-    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+    pub fn specs(&self) -> impl Iterator<Item = &ToolDefinition> {
         self.tools.iter().map(|t| &t.spec)
     }
 
@@ -252,8 +252,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn weather() -> ToolSpec {
-        ToolSpec {
+    fn weather() -> ToolDefinition {
+        ToolDefinition {
             name: "get_weather".into(),
             description: Some("Current weather".into()),
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"},
@@ -266,20 +266,22 @@ mod tests {
     fn duplicate_and_invalid_names_are_refused_with_their_field() {
         let err = ToolSet::new(vec![weather(), weather()]).expect_err("duplicate");
         assert_eq!(err.param(), "tools[1].function.name");
-        let bad = ToolSpec { name: "get weather".into(), ..weather() };
+        let bad = ToolDefinition { name: "get weather".into(), ..weather() };
         let err = ToolSet::new(vec![bad]).expect_err("space in name");
         assert!(matches!(err, ToolError::InvalidName { index: 0, .. }), "{err}");
     }
 
     #[test]
     fn unusable_schemas_are_refused() {
-        let bad =
-            ToolSpec { parameters: json!({"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}}), ..weather() };
+        let bad = ToolDefinition {
+            parameters: json!({"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}}),
+            ..weather()
+        };
         let err = ToolSet::new(vec![bad]).expect_err("dangling $ref");
         assert_eq!(err.param(), "tools[0].function.parameters");
-        let not_object = ToolSpec { parameters: json!("string"), ..weather() };
+        let not_object = ToolDefinition { parameters: json!("string"), ..weather() };
         assert!(ToolSet::new(vec![not_object]).is_err());
-        let invalid = ToolSpec { parameters: json!({"type": 12}), ..weather() };
+        let invalid = ToolDefinition { parameters: json!({"type": 12}), ..weather() };
         assert!(ToolSet::new(vec![invalid]).is_err());
     }
 

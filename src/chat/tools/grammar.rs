@@ -3,9 +3,9 @@
 
 use super::format::{Body, Layout, PYTHON_TAG};
 use super::gbnf::{class_excluding, literal};
-use super::spec::{CheckedTool, OutputSchema};
+use super::toolset::{CheckedTool, OutputSchema};
 use super::{ToolChoice, ToolFormat, ToolSet};
-use crate::engine::Grammar;
+use crate::chat::Grammar;
 
 /// Whitespace the envelope allows between its parts: bounded, so a small model cannot loop on it.
 const WS_RULE: &str = "fw-ws ::= [ \\t\\n]{0,4}\n";
@@ -240,17 +240,17 @@ fn marker_free_states(marker: &str) -> Vec<MarkerState> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolSpec;
+    use crate::chat::tools::ToolDefinition;
     use serde_json::json;
 
     fn tools() -> ToolSet {
         ToolSet::new(vec![
-            ToolSpec {
+            ToolDefinition {
                 name: "get_weather".into(),
                 description: None,
                 parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
             },
-            ToolSpec {
+            ToolDefinition {
                 name: "set_timer".into(),
                 description: None,
                 parameters: json!({"type": "object", "properties": {"minutes": {"type": "integer"}}, "required": ["minutes"]}),

@@ -15,10 +15,10 @@ mod gbnf;
 mod grammar;
 mod parser;
 mod prompt;
-mod spec;
+mod toolset;
 
 pub use format::ToolFormat;
 pub use grammar::request_grammar;
 pub use parser::{ParsedCall, ParsedPiece, ToolCallParser};
 pub use prompt::prepare_messages;
-pub use spec::{OutputSchema, ToolChoice, ToolError, ToolSet, ToolSpec};
+pub use toolset::{OutputSchema, ToolChoice, ToolDefinition, ToolError, ToolSet};

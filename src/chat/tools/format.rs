@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::ToolSpec;
+use super::ToolDefinition;
 use crate::chat::ToolCall;
 
 /// A tool-call format, detected from the chat template.
@@ -190,7 +190,7 @@ impl ToolFormat {
 }
 
 /// The system-message text that teaches a model without native tool support the generic format.
-pub(crate) fn generic_tool_prompt(tools: &[ToolSpec]) -> String {
+pub(crate) fn generic_tool_prompt(tools: &[ToolDefinition]) -> String {
     let mut text = String::from(
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
          You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
@@ -234,7 +234,7 @@ mod tests {
 
     #[test]
     fn generic_prompt_lists_tools_and_the_call_form() {
-        let tool = ToolSpec {
+        let tool = ToolDefinition {
             name: "get_weather".into(),
             description: None,
             parameters: serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}),

@@ -1,7 +1,7 @@
 //! Writing tools and earlier calls into the conversation for templates that cannot.
 
 use super::format::generic_tool_prompt;
-use super::{ToolFormat, ToolSpec};
+use super::{ToolDefinition, ToolFormat};
 use crate::chat::{ChatMessage, Role};
 
 /// The messages to render for a conversation offering `tools` (possibly none).
@@ -18,7 +18,7 @@ use crate::chat::{ChatMessage, Role};
 /// The history is written so on every turn, with or without tools: a follow-up without
 /// `tools` still shows the model what it called and what came back.
 #[must_use]
-pub fn prepare_messages(format: ToolFormat, messages: &[ChatMessage], tools: &[ToolSpec]) -> Vec<ChatMessage> {
+pub fn prepare_messages(format: ToolFormat, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Vec<ChatMessage> {
     if format.template_renders_tools() {
         return messages.to_vec();
     }
@@ -51,8 +51,12 @@ mod tests {
     use super::*;
     use crate::chat::ToolCall;
 
-    fn tool() -> ToolSpec {
-        ToolSpec { name: "get_weather".into(), description: None, parameters: serde_json::json!({"type": "object"}) }
+    fn tool() -> ToolDefinition {
+        ToolDefinition {
+            name: "get_weather".into(),
+            description: None,
+            parameters: serde_json::json!({"type": "object"}),
+        }
     }
 
     #[test]

@@ -127,7 +127,7 @@ fn a_json_object_opening_the_reply_is_a_call_in_every_format() {
 
 #[test]
 fn gemma_keys_may_contain_colons() {
-    let tools = crate::tools::ToolSet::new(vec![crate::tools::ToolSpec {
+    let tools = crate::chat::tools::ToolSet::new(vec![crate::chat::tools::ToolDefinition {
         name: "f".into(),
         description: None,
         parameters: serde_json::json!({"type": "object", "properties": {
