@@ -1,0 +1,307 @@
+//! The command line's flags: clap structs, grouped as `firstword serve --help` shows them, and
+//! their translation into the library's plain config types.
+
+use std::path::PathBuf;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use firstword::bench::{BenchConfig, Outputs, Target, Weights};
+use firstword::engine::{EngineConfig, FlashAttention, SpecMode, SpeculationConfig, LLAMA_CPP_BUILD};
+
+/// `firstword --version`: this crate's version and the llama.cpp it links.
+static VERSION: LazyLock<String> = LazyLock::new(|| format!("{} ({LLAMA_CPP_BUILD})", env!("CARGO_PKG_VERSION")));
+
+/// Lowest time-to-first-token local inference behind an OpenAI-compatible API.
+#[derive(Parser)]
+#[command(version = VERSION.as_str())]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Serve a GGUF model over the OpenAI chat-completions API.
+    Serve(ServeArgs),
+    /// Measure cold/warm TTFT, tool calls, decode speed and an interleaved job on any
+    /// OpenAI-compatible servers, side by side, and decide between them.
+    Bench(BenchArgs),
+}
+
+/// `firstword serve`.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The model and how it is loaded.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The live context.
+    #[command(flatten)]
+    pub context: ContextArgs,
+    /// The KV cache.
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Speculative decoding.
+    #[command(flatten)]
+    pub speculation: SpeculationArgs,
+    /// Listening and requests.
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// The model and how it is loaded.
+#[derive(Args)]
+#[command(next_help_heading = "Model")]
+pub struct ModelArgs {
+    /// Path of the GGUF model to serve.
+    #[arg(short = 'm', long = "model", env = "FIRSTWORD_MODEL")]
+    pub path: PathBuf,
+    /// Jinja chat template to use instead of the one in the GGUF.
+    #[arg(long = "chat-template-file", env = "FIRSTWORD_CHAT_TEMPLATE_FILE")]
+    pub chat_template_file: Option<PathBuf>,
+    /// Layers to offload to the GPU (GPU builds only).
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", env = "FIRSTWORD_N_GPU_LAYERS", default_value_t = EngineConfig::DEFAULT_N_GPU_LAYERS)]
+    pub n_gpu_layers: u32,
+    /// Lock the model in RAM (no swapping).
+    #[arg(long, env = "FIRSTWORD_MLOCK")]
+    pub mlock: bool,
+    /// Read the model into memory instead of memory-mapping it.
+    #[arg(long = "no-mmap", env = "FIRSTWORD_NO_MMAP")]
+    pub no_mmap: bool,
+}
+
+/// The live context: its size, threads and batches.
+#[derive(Args)]
+#[command(next_help_heading = "Context")]
+pub struct ContextArgs {
+    /// Context size in tokens [default: the model's training context, at most 8192].
+    #[arg(short = 'c', long = "ctx-size", env = "FIRSTWORD_CTX_SIZE")]
+    pub ctx_size: Option<u32>,
+    /// Threads for generation [default: physical cores].
+    #[arg(short = 't', long, env = "FIRSTWORD_THREADS")]
+    pub threads: Option<u32>,
+    /// Threads for prompt evaluation [default: physical cores].
+    #[arg(long = "threads-batch", env = "FIRSTWORD_THREADS_BATCH")]
+    pub threads_batch: Option<u32>,
+    /// Logical batch size: most prompt tokens per decode call.
+    #[arg(short = 'b', long = "batch-size", env = "FIRSTWORD_BATCH_SIZE", default_value_t = EngineConfig::DEFAULT_BATCH_SIZE)]
+    pub batch_size: u32,
+    /// Physical batch size: most tokens computed at once.
+    #[arg(long = "ubatch-size", visible_alias = "ub", env = "FIRSTWORD_UBATCH_SIZE", default_value_t = EngineConfig::DEFAULT_UBATCH_SIZE)]
+    pub ubatch_size: u32,
+    /// Flash attention: on, off, or auto (llama.cpp decides per backend).
+    #[arg(long = "flash-attn", visible_alias = "fa", env = "FIRSTWORD_FLASH_ATTN", value_enum, default_value = "auto")]
+    pub flash_attn: FlashAttnArg,
+}
+
+/// The KV cache.
+#[derive(Args)]
+#[command(next_help_heading = "Cache")]
+pub struct CacheArgs {
+    /// For sliding-window models, keep a small window-sized KV cache instead of a full one.
+    /// Saves memory; a turn that edits text older than the window is then prefilled in full.
+    #[arg(long = "swa-small", env = "FIRSTWORD_SWA_SMALL")]
+    pub swa_small: bool,
+}
+
+/// Speculative decoding.
+#[derive(Args)]
+#[command(next_help_heading = "Speculative decoding")]
+pub struct SpeculationArgs {
+    /// Speculative decoding: auto (the model's MTP heads if the GGUF has NextN layers, else
+    /// --draft-model if given, else none), none, mtp, or draft.
+    #[arg(long, env = "FIRSTWORD_SPEC", value_enum, default_value = "auto")]
+    pub spec: SpecArg,
+    /// A smaller model with the same vocabulary that drafts tokens for the served one.
+    #[arg(long = "draft-model", visible_alias = "md", env = "FIRSTWORD_DRAFT_MODEL")]
+    pub draft_model: Option<PathBuf>,
+    /// Layers of the draft model to offload to the GPU (GPU builds only).
+    #[arg(long = "n-gpu-layers-draft", visible_alias = "ngld", env = "FIRSTWORD_N_GPU_LAYERS_DRAFT", default_value_t = EngineConfig::DEFAULT_N_GPU_LAYERS)]
+    pub n_gpu_layers_draft: u32,
+    /// Most tokens drafted per step [default: 3 with MTP heads, 16 with a draft model]; the
+    /// depth verified adapts to the acceptance rate below it.
+    #[arg(long = "draft-max", env = "FIRSTWORD_DRAFT_MAX")]
+    pub draft_max: Option<u32>,
+    /// Fewest drafted tokens worth verifying.
+    #[arg(long = "draft-min", env = "FIRSTWORD_DRAFT_MIN", default_value_t = 0)]
+    pub draft_min: u32,
+    /// Drafting stops at a token the drafter is less sure of than this.
+    #[arg(long = "draft-p-min", env = "FIRSTWORD_DRAFT_P_MIN", default_value_t = 0.75)]
+    pub draft_p_min: f32,
+    /// Draft on every step even while drafting measures slower than plain decoding (by default
+    /// it then pauses, probing again every few steps); for measuring a drafter.
+    #[arg(long = "spec-always", env = "FIRSTWORD_SPEC_ALWAYS")]
+    pub spec_always: bool,
+}
+
+/// Where the server listens and what it accepts.
+#[derive(Args)]
+#[command(next_help_heading = "Server")]
+pub struct ServerArgs {
+    /// Address to listen on. The default keeps the server on this machine.
+    #[arg(long, env = "FIRSTWORD_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on.
+    #[arg(long, env = "FIRSTWORD_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Requests that may wait while one generates; more get 503 with Retry-After.
+    #[arg(long = "queue-size", env = "FIRSTWORD_QUEUE_SIZE", default_value_t = EngineConfig::DEFAULT_QUEUE_SIZE)]
+    pub queue_size: usize,
+    /// Most tokens generated for a request that sets no max_tokens (-1: until the context is
+    /// full). Stops a model caught in a loop.
+    #[arg(short = 'n', long = "n-predict", visible_alias = "predict", env = "FIRSTWORD_N_PREDICT", default_value_t = i64::from(EngineConfig::DEFAULT_N_PREDICT), allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..=i64::from(u32::MAX)))]
+    pub n_predict: i64,
+}
+
+/// `--flash-attn`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum FlashAttnArg {
+    /// llama.cpp decides per backend.
+    Auto,
+    /// Always.
+    On,
+    /// Never.
+    Off,
+}
+
+/// `--spec`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum SpecArg {
+    /// MTP heads if the model has them, else the draft model if given, else none.
+    Auto,
+    /// No speculative decoding.
+    None,
+    /// The model's own MTP (NextN) heads.
+    Mtp,
+    /// A separate draft model.
+    Draft,
+}
+
+impl ServeArgs {
+    /// The engine's configuration.
+    pub fn engine_config(&self) -> EngineConfig {
+        let defaults = EngineConfig::new(&self.model.path);
+        let (model, context, speculation) = (&self.model, &self.context, &self.speculation);
+        EngineConfig {
+            ctx_size: context.ctx_size,
+            threads: context.threads.unwrap_or(defaults.threads),
+            threads_batch: context.threads_batch.unwrap_or(defaults.threads_batch),
+            batch_size: context.batch_size,
+            ubatch_size: context.ubatch_size,
+            n_gpu_layers: model.n_gpu_layers,
+            flash_attention: match context.flash_attn {
+                FlashAttnArg::Auto => FlashAttention::Auto,
+                FlashAttnArg::On => FlashAttention::On,
+                FlashAttnArg::Off => FlashAttention::Off,
+            },
+            swa_full: !self.cache.swa_small,
+            mlock: model.mlock,
+            mmap: !model.no_mmap,
+            chat_template_file: model.chat_template_file.clone(),
+            queue_size: self.server.queue_size,
+            n_predict: u32::try_from(self.server.n_predict).ok(),
+            speculation: SpeculationConfig {
+                mode: match speculation.spec {
+                    SpecArg::Auto => SpecMode::Auto,
+                    SpecArg::None => SpecMode::None,
+                    SpecArg::Mtp => SpecMode::Mtp,
+                    SpecArg::Draft => SpecMode::Draft,
+                },
+                draft_model: speculation.draft_model.clone(),
+                n_gpu_layers_draft: speculation.n_gpu_layers_draft,
+                draft_max: speculation.draft_max,
+                draft_min: speculation.draft_min,
+                draft_p_min: speculation.draft_p_min,
+                always: speculation.spec_always,
+            },
+            ..defaults
+        }
+    }
+}
+
+/// `firstword bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Server base URL (repeat to compare servers; they run in turn each repetition).
+    #[arg(long = "url", required = true)]
+    pub urls: Vec<String>,
+    /// Names for the servers, in --url order [default: the URLs].
+    #[arg(long = "name")]
+    pub names: Vec<String>,
+    /// Process ids of the servers, in --url order, to report their peak memory.
+    #[arg(long = "pid")]
+    pub pids: Vec<u32>,
+    /// Size of the generated system prompt, in tokens (approximate).
+    #[arg(long = "system-tokens", default_value_t = 4000, conflicts_with = "system_prompt_file")]
+    pub system_tokens: usize,
+    /// Use this file as the system prompt instead.
+    #[arg(long = "system-prompt-file")]
+    pub system_prompt_file: Option<PathBuf>,
+    /// Conversation turns (the first is cold).
+    #[arg(long, default_value_t = 5)]
+    pub turns: u32,
+    /// Repetitions.
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// Tokens generated per conversation turn.
+    #[arg(long = "turn-tokens", default_value_t = 32)]
+    pub turn_tokens: u32,
+    /// Tokens generated in the decode-speed scenarios.
+    #[arg(long = "decode-tokens", default_value_t = 128)]
+    pub decode_tokens: u32,
+    /// `model` sent in requests.
+    #[arg(long, default_value = "default")]
+    pub model: String,
+    /// Write one CSV row per request here.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Draw TTFT per turn per server into this SVG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Also print a weighted score, e.g. quality=0.4,decode=0.25,ttft=0.2,rss=0.15.
+    #[arg(long)]
+    pub weights: Option<Weights>,
+    /// Per-request timeout in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+}
+
+impl BenchArgs {
+    /// The benchmark's configuration.
+    ///
+    /// # Errors
+    /// The system prompt file cannot be read.
+    pub fn config(&self) -> anyhow::Result<BenchConfig> {
+        let system_prompt = match &self.system_prompt_file {
+            Some(path) => std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
+            None => firstword::bench::synthetic_system_prompt(self.system_tokens),
+        };
+        let targets = self
+            .urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| Target {
+                name: self.names.get(i).cloned().unwrap_or_else(|| url.clone()),
+                url: url.clone(),
+                pid: self.pids.get(i).copied(),
+            })
+            .collect();
+        Ok(BenchConfig {
+            targets,
+            system_prompt,
+            turns: self.turns.max(1),
+            reps: self.reps.max(1),
+            model: self.model.clone(),
+            turn_tokens: self.turn_tokens,
+            decode_tokens: self.decode_tokens,
+            timeout: Duration::from_secs(self.timeout),
+        })
+    }
+
+    /// Where the results go besides the terminal.
+    pub fn outputs(&self) -> Outputs {
+        Outputs { csv: self.csv.clone(), plot: self.plot.clone(), weights: self.weights }
+    }
+}
