@@ -28,7 +28,7 @@ pub enum TemplateError {
     },
     /// The GGUF has no template and none is known for its architecture.
     #[error(
-        "the model has no chat template and firstword knows none for architecture '{0}'; pass --chat-template-file"
+        "the model has no chat template and firstword knows none for architecture '{0}'; give it a chat template file"
     )]
     Missing(String),
     /// Rendering failed for these messages (including `raise_exception` in the template).
@@ -117,7 +117,7 @@ impl ChatTemplate {
         if facts.architecture.starts_with("gemma") {
             tracing::warn!(
                 architecture = %facts.architecture,
-                "the GGUF has no chat template; using firstword's built-in Gemma turn format (override with --chat-template-file)"
+                "the GGUF has no chat template; using firstword's built-in Gemma turn format (a chat template file overrides it)"
             );
             return Ok((compile(GEMMA_TEMPLATE)?, TemplateSource::Builtin("gemma")));
         }
