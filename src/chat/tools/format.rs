@@ -65,6 +65,10 @@ pub(crate) const PYTHON_TAG: &str = "<|python_tag|>";
 pub(crate) const BARE_JSON_OPENER: &str = "{\"name\"";
 
 impl ToolFormat {
+    /// Every format, in declaration order (for tests and tools that go through them all).
+    pub const ALL: &'static [Self] =
+        &[Self::Generic, Self::Hermes, Self::Llama3, Self::Mistral, Self::Gemma4, Self::FunctionGemma];
+
     /// Detects the format a chat template writes calls in. Templates that do not describe a
     /// known format get [`ToolFormat::Generic`].
     #[must_use]
