@@ -30,8 +30,12 @@ pub enum EngineError {
         /// What went wrong.
         reason: String,
     },
-    /// Speculative decoding cannot run as configured (no MTP layers for `--spec mtp`, a draft
-    /// model with another vocabulary, bad limits).
+    /// Speculative decoding cannot run as configured (no MTP layers for [`SpecMode::Mtp`], a
+    /// draft model with another vocabulary, bad limits). The message names the offending
+    /// [`SpeculationConfig`] field as `speculation.<field>`, in backticks.
+    ///
+    /// [`SpecMode::Mtp`]: super::SpecMode::Mtp
+    /// [`SpeculationConfig`]: super::SpeculationConfig
     #[error("speculative decoding: {0}")]
     SpeculationSetup(String),
     /// No usable chat template could be found or compiled.

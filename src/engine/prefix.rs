@@ -1,7 +1,7 @@
 //! Deciding how much of the KV cache a new prompt can reuse.
 //!
-//! Pure logic, no llama.cpp: the worker asks [`plan_reuse`] what to keep, removes the rest from
-//! the KV cache and prefills only the suffix.
+//! Pure logic, no llama.cpp: the live sequence asks [`plan_reuse`] what to keep, removes the
+//! rest from the KV cache, and the suffix is prefilled.
 
 use llama_cpp_2::token::LlamaToken;
 

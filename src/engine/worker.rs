@@ -1,7 +1,8 @@
 //! The inference thread: owns the backend, the model and one long-lived context, and serves
-//! queued jobs one at a time, reusing the KV cache's longest common token prefix.
+//! queued jobs one at a time. Serving a job is a short sequence of steps (tokenize, check the
+//! limits, reuse the cached prefix, prefill, generate) whose failure is reported in one place,
+//! followed by the cache's upkeep for the next turn.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -11,14 +12,14 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::decoder::{BatchKind, Decoder};
 use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Models};
-use super::prefix::{common_prefix_len, plan_reuse, window_covers};
+use super::reply::{still_wanted, Halt, Reply};
 use super::sampling::TokenPicker;
-use super::speculation::{DraftDepth, SpeculationPlan};
-use super::text::{longest_run, StopMatcher, StopScan, Utf8Stream};
-use super::{Command, DraftStats, EngineConfig, EngineError, Event, FinishReason, Job, ModelInfo, Timings, Usage};
+use super::sequence::LiveSequence;
+use super::speculation::{DraftDepth, Speculating, SpeculationPlan};
+use super::text::longest_run;
+use super::{Command, EngineConfig, EngineError, Event, GenerationRequest, Job, ModelInfo, Timings, Usage};
 use crate::chat::{ChatFormat, ModelTemplateFacts};
 
 /// Longest run of characters of one kind a text prompt may hold (see [`longest_run`]). With
@@ -29,7 +30,9 @@ pub(crate) const MAX_PROMPT_RUN: usize = 65_536;
 /// A prompt after template rendering, before tokenization.
 #[derive(Debug)]
 pub(crate) enum PromptInput {
+    /// Text, tokenized with the model's BOS rule.
     Text(String),
+    /// Token ids, checked against the vocabulary.
     Tokens(Vec<i32>),
 }
 
@@ -79,70 +82,24 @@ pub(super) fn run(
     }
 }
 
-/// The live context and the exact token list its KV cache holds (prompt and generated tokens).
+/// The model, its live sequence, and what carries over from one request to the next.
 struct Session<'m> {
     model: &'m LlamaModel,
-    decoder: Decoder<'m>,
-    /// How many drafted tokens to verify per step.
+    sequence: LiveSequence<'m>,
+    /// How many drafted tokens to verify per step, learned across replies.
     depth: DraftDepth,
-    cached: Vec<LlamaToken>,
-    n_swa: Option<u32>,
-    /// The model keeps recurrent state, which can be cut only within the last batch.
-    recurrent: bool,
-    /// Recurrent-state snapshots per sequence (`n_rs_seq`): the deepest rollback.
-    rs_snapshots: usize,
-    /// How many of the last cached positions the cache can drop now (recurrent models).
-    rewindable: usize,
-    n_batch: usize,
     /// Most tokens generated when a request sets no limit.
     n_predict: Option<u32>,
     bos_text: String,
     shutting_down: &'m AtomicBool,
 }
 
-/// The reply to one request as it is generated.
-struct Reply<'j> {
-    events: &'j UnboundedSender<Event>,
-    /// Set by the client to end the reply early.
-    finish_requested: &'j AtomicBool,
-    /// Tokens generated.
-    tokens: u32,
-    /// All text sent.
+/// A reply generated to its end, its last event not sent yet.
+struct Answer {
+    /// [`Event::Finished`].
+    finished: Event,
+    /// The reply's text, as sent.
     text: String,
-}
-
-impl Reply<'_> {
-    /// Sends text to the client; false if the client is gone.
-    fn send(&mut self, text: String) -> bool {
-        if text.is_empty() {
-            return true;
-        }
-        self.text.push_str(&text);
-        self.events.send(Event::Text(text)).is_ok()
-    }
-}
-
-/// Drafts verified in the target's last batch, and the reply's totals.
-#[derive(Default)]
-struct Speculating {
-    /// Drafts whose logits follow in the last batch, not yet matched by a picked token.
-    drafts: VecDeque<LlamaToken>,
-    /// Drafts in the last batch.
-    proposed: usize,
-    /// Batch row of the logits for the next token.
-    row: i32,
-    /// When the last step started (after the drafter caught up), with speculation on.
-    step_started: Option<Instant>,
-    drafted: u32,
-    accepted: u32,
-}
-
-/// How a generation loop ended.
-enum Outcome {
-    Finished(FinishReason),
-    /// The client went away; nothing more to send.
-    Cancelled,
-    Failed(EngineError),
 }
 
 impl<'m> Session<'m> {
@@ -159,6 +116,8 @@ impl<'m> Session<'m> {
         let n_swa = effective_sliding_window(model);
         let n_ctx_train = model.n_ctx_train();
         let (decoder, n_batch, rs_snapshots) = create_decoder(backend, model, draft_model, plan, config)?;
+        let recurrent = model.is_recurrent() || model.is_hybrid();
+        let sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
 
         let vocab = model.vocab();
         let token_text = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
@@ -180,7 +139,7 @@ impl<'m> Session<'m> {
         let info = ModelInfo {
             id,
             architecture,
-            n_ctx: decoder.target().n_ctx(),
+            n_ctx: sequence.n_ctx(),
             n_ctx_train,
             n_vocab: model.n_vocab(),
             n_swa,
@@ -191,14 +150,8 @@ impl<'m> Session<'m> {
         };
         let session = Self {
             model,
-            decoder,
+            sequence,
             depth: DraftDepth::new(plan.draft_max, plan.always),
-            cached: Vec::new(),
-            n_swa,
-            recurrent: model.is_recurrent() || model.is_hybrid(),
-            rs_snapshots: rs_snapshots as usize,
-            rewindable: 0,
-            n_batch,
             n_predict: config.n_predict,
             bos_text,
             shutting_down,
@@ -232,92 +185,94 @@ impl<'m> Session<'m> {
         Ok(tokens)
     }
 
+    /// Serves one job, whose events end with `Finished` or `Failed` (or with nothing more once
+    /// the client has left), then prepares the cache for the next turn.
     fn serve(&mut self, job: Job) {
         let Job { prompt, request, events, finish_requested, _admitted } = job;
         let prompt_text = match &prompt {
             PromptInput::Text(text) => Some(text.clone()),
             PromptInput::Tokens(_) => None,
         };
-        let tokens = match self.tokenize(prompt) {
-            Ok(tokens) => tokens,
-            Err(e) => {
-                let _ = events.send(Event::Failed(e));
-                return;
+        match self.answer(prompt, &request, &events, &finish_requested) {
+            Ok(Answer { finished, text }) => {
+                let _ = events.send(finished);
+                if let Some(prompt_text) = prompt_text {
+                    self.align_with_text(prompt_text + &text);
+                }
             }
-        };
-        let n_ctx = self.decoder.target().n_ctx();
-        let prompt_tokens = tokens.len() as u32;
-        let requested = request.max_tokens.unwrap_or(0);
-        if prompt_tokens >= n_ctx || prompt_tokens.saturating_add(requested) > n_ctx {
-            let _ = events.send(Event::Failed(EngineError::ContextOverflow {
-                prompt_tokens,
-                max_tokens: requested,
-                needed: prompt_tokens.saturating_add(requested),
-                n_ctx,
-            }));
-            return;
+            Err(Halt::Failed(e)) => {
+                let _ = events.send(Event::Failed(e));
+            }
+            Err(Halt::Cancelled) => tracing::debug!("client left; generation stopped"),
         }
-        let limit = request.max_tokens.or(self.n_predict).unwrap_or(u32::MAX).min(n_ctx - prompt_tokens);
-        // llama.cpp allocates the penalty window up front: never more than the context.
-        let mut sampling = request.sampling.clone();
-        sampling.repeat_last_n = sampling.repeat_last_n.clamp(0, n_ctx as i32);
-        let picker = match TokenPicker::new(self.model, &sampling, request.grammar.as_ref()) {
-            Ok(picker) => picker,
-            Err(e) => {
-                let _ = events.send(Event::Failed(e));
-                return;
-            }
-        };
+        // After the answer: the MTP context catches up with a prompt batch it has not seen yet.
+        self.sequence.mirror_pending();
+        // The last sampled token (end-of-turn, or the one that hit the limit) was never
+        // evaluated: the next turn prefills it with its new suffix, in the same batch, for free.
+    }
+
+    /// One request's steps, up to its complete reply: tokenize, check the limits, reuse the
+    /// cached prefix, prefill the rest, generate.
+    fn answer(
+        &mut self,
+        prompt: PromptInput,
+        request: &GenerationRequest,
+        events: &UnboundedSender<Event>,
+        finish_requested: &AtomicBool,
+    ) -> Result<Answer, Halt> {
+        let tokens = self.tokenize(prompt)?;
+        let prompt_tokens = tokens.len() as u32;
+        let limit = self.limit(prompt_tokens, request.max_tokens)?;
+        let picker = self.picker(request)?;
 
         // What the drafter evaluated for the last reply's upkeep is no part of this request.
-        self.decoder.take_catch_up();
-        let keep = self.reuse_prefix(&tokens);
-        if events.send(Event::Started { prompt_tokens, cached_tokens: keep as u32 }).is_err() {
-            return;
-        }
+        self.sequence.take_catch_up();
+        let keep = self.sequence.reuse_prefix(&tokens);
+        let cached_tokens = keep as u32;
+        events.send(Event::Started { prompt_tokens, cached_tokens }).map_err(|_| Halt::Cancelled)?;
         let prefill_start = Instant::now();
-        let logits_index = match self.prefill(&tokens[keep..], &events) {
-            Ok(Some(index)) => index,
-            Ok(None) => return,
-            Err(e) => {
-                let _ = events.send(Event::Failed(e));
-                return;
-            }
-        };
+        let shutting_down = self.shutting_down;
+        let logits_index = self.sequence.prefill(&tokens[keep..], || still_wanted(shutting_down, events))?;
         let prompt_time = prefill_start.elapsed();
 
         let generation_start = Instant::now();
-        let mut reply = Reply { events: &events, finish_requested: &finish_requested, tokens: 0, text: String::new() };
-        let mut speculating = Speculating::default();
-        self.decoder.begin_reply();
-        let outcome = self.generate(&request, picker, limit, logits_index, &mut reply, &mut speculating);
-        if let Err(e) = self.end_round(&mut speculating) {
+        let mut reply = Reply::new(events, finish_requested, shutting_down, limit);
+        let mut speculating = Speculating::new(&mut self.depth);
+        self.sequence.begin_reply();
+        let outcome = reply.generate(self.model, request, picker, &mut self.sequence, &mut speculating, logits_index);
+        if let Err(e) = speculating.end_round(&mut self.sequence) {
             // The reply itself is complete; only the cache for the next turn is lost.
             tracing::warn!("{e}");
         }
-        let usage = Usage { prompt_tokens, cached_tokens: keep as u32, completion_tokens: reply.tokens };
-        match outcome {
-            Outcome::Finished(reason) => {
-                let draft = self.decoder.speculates().then_some(DraftStats {
-                    drafted: speculating.drafted,
-                    accepted: speculating.accepted,
-                    catch_up: self.decoder.take_catch_up(),
-                });
-                let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed(), draft };
-                let _ = events.send(Event::Finished { reason, usage, timings });
-                if let Some(prompt_text) = prompt_text {
-                    self.align_with_text(prompt_text + &reply.text);
-                }
-            }
-            Outcome::Failed(e) => {
-                let _ = events.send(Event::Failed(e));
-            }
-            Outcome::Cancelled => tracing::debug!("client left; generation stopped"),
+        let reason = outcome?;
+        let usage = Usage { prompt_tokens, cached_tokens, completion_tokens: reply.tokens() };
+        let draft = self.sequence.speculates().then(|| speculating.stats(self.sequence.take_catch_up()));
+        let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed(), draft };
+        Ok(Answer { finished: Event::Finished { reason, usage, timings }, text: reply.into_text() })
+    }
+
+    /// The most tokens a reply to `prompt_tokens` may have: the request's `max_tokens`, else
+    /// the engine's cap, and never past the context.
+    ///
+    /// # Errors
+    /// [`EngineError::ContextOverflow`] when the prompt, or the prompt and `max_tokens`, do not
+    /// fit the context.
+    fn limit(&self, prompt_tokens: u32, max_tokens: Option<u32>) -> Result<u32, EngineError> {
+        let n_ctx = self.sequence.n_ctx();
+        let requested = max_tokens.unwrap_or(0);
+        let needed = prompt_tokens.saturating_add(requested);
+        if prompt_tokens >= n_ctx || needed > n_ctx {
+            return Err(EngineError::ContextOverflow { prompt_tokens, max_tokens: requested, needed, n_ctx });
         }
-        // After the answer: the MTP context catches up with a prompt batch it has not seen yet.
-        self.decoder.mirror_pending();
-        // The last sampled token (end-of-turn, or the one that hit the limit) was never
-        // evaluated: the next turn prefills it with its new suffix, in the same batch, for free.
+        Ok(max_tokens.or(self.n_predict).unwrap_or(u32::MAX).min(n_ctx - prompt_tokens))
+    }
+
+    /// The request's sampler chain and grammar.
+    fn picker(&self, request: &GenerationRequest) -> Result<TokenPicker<'m>, EngineError> {
+        // llama.cpp allocates the penalty window up front: never more than the context.
+        let mut sampling = request.sampling.clone();
+        sampling.repeat_last_n = sampling.repeat_last_n.clamp(0, self.sequence.n_ctx() as i32);
+        TokenPicker::new(self.model, &sampling, request.grammar.as_ref())
     }
 
     /// After a reply, makes the cache hold the tokenizer's own split of prompt + reply text,
@@ -326,268 +281,10 @@ impl<'m> Session<'m> {
     /// next turn's cache would stop inside the reply. Runs while the user reads or listens;
     /// skipped when the difference is larger than one batch.
     fn align_with_text(&mut self, full_text: String) {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return;
+        }
         let Ok(canonical) = self.tokenize(PromptInput::Text(full_text)) else { return };
-        let common = common_prefix_len(&self.cached, &canonical);
-        let redo = canonical.len() - common;
-        let n_ctx = self.decoder.target().n_ctx() as usize;
-        if common == self.cached.len()
-            || redo > self.n_batch
-            || canonical.len() >= n_ctx
-            || self.shutting_down.load(Ordering::Relaxed)
-        {
-            return;
-        }
-        if !window_covers(self.decoder.target().kv_cache_seq_pos_min(0), common, self.n_swa) || !self.cut(common) {
-            return;
-        }
-        tracing::debug!(
-            common,
-            redo,
-            cached = self.cached.len(),
-            "re-evaluating the reply as the next turn will send it"
-        );
-        // A strict prefix (the reply ended in held-back stop text) needs only the cut.
-        if redo > 0 {
-            if let Err(e) = self.decode(&canonical[common..], BatchKind::Prompt) {
-                tracing::warn!("re-evaluating the reply failed: {e}");
-            }
-        }
-    }
-
-    /// Cuts the KV cache to the longest prefix shared with `tokens`; returns how many it kept.
-    fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> usize {
-        let mut keep = plan_reuse(&self.cached, tokens);
-        let pos_min = self.decoder.target().kv_cache_seq_pos_min(0);
-        tracing::debug!(keep, cached = self.cached.len(), prompt = tokens.len(), pos_min, "prefix reuse");
-        if keep > 0 && !window_covers(pos_min, keep, self.n_swa) {
-            tracing::info!(
-                keep,
-                n_swa = self.n_swa,
-                pos_min,
-                "the sliding-window cache no longer holds what this prefix needs; prefilling in full"
-            );
-            keep = 0;
-        }
-        if keep > 0 && !self.cut(keep) {
-            tracing::warn!(keep, cached = self.cached.len(), "the KV cache cannot be cut there; prefilling in full");
-            keep = 0;
-        }
-        if keep == 0 {
-            self.decoder.clear();
-            self.cached.clear();
-        }
-        keep
-    }
-
-    /// Drops every cached position from `keep` on. False, and nothing cut, where the cache
-    /// cannot be cut: recurrent state (Mamba, and the recurrent layers of hybrid models) rolls
-    /// back only through llama.cpp's snapshots of the last batch's tokens, and llama.cpp
-    /// accepts a deeper cut than those hold and then computes from a wrong state.
-    fn cut(&mut self, keep: usize) -> bool {
-        if keep >= self.cached.len() {
-            return true;
-        }
-        if self.recurrent && self.cached.len() - keep > self.rewindable {
-            return false;
-        }
-        if !self.decoder.truncate(keep) {
-            return false;
-        }
-        self.cached.truncate(keep);
-        // A rollback is single-use until the next batch.
-        self.rewindable = 0;
-        true
-    }
-
-    /// Evaluates `tokens` after the cache in `n_batch` chunks. Returns the batch index holding
-    /// the last token's logits, or `None` if the client left or the engine is stopping.
-    fn prefill(&mut self, tokens: &[LlamaToken], events: &UnboundedSender<Event>) -> Result<Option<i32>, EngineError> {
-        let mut last_index = 0;
-        let chunks = tokens.len().div_ceil(self.n_batch);
-        for (i, chunk) in tokens.chunks(self.n_batch).enumerate() {
-            if self.shutting_down.load(Ordering::Relaxed) {
-                let _ = events.send(Event::Failed(EngineError::ShuttingDown));
-                return Ok(None);
-            }
-            if events.is_closed() {
-                return Ok(None);
-            }
-            let kind = if i + 1 == chunks { BatchKind::PromptEnd } else { BatchKind::Prompt };
-            last_index = self.decode(chunk, kind)?;
-        }
-        Ok(Some(last_index))
-    }
-
-    /// Evaluates tokens at the next cache positions and records them as cached; returns the
-    /// batch index of the last token. On failure the cache is cleared, since llama.cpp's state
-    /// is then unknown.
-    fn decode(&mut self, tokens: &[LlamaToken], kind: BatchKind) -> Result<i32, EngineError> {
-        if tokens.is_empty() {
-            return Err(EngineError::Decode("nothing to evaluate".into()));
-        }
-        if let Err(e) = self.decoder.decode(tokens, self.cached.len(), kind) {
-            self.decoder.clear();
-            self.cached.clear();
-            self.rewindable = 0;
-            return Err(e);
-        }
-        self.cached.extend_from_slice(tokens);
-        self.rewindable = (tokens.len() - 1).min(self.rs_snapshots);
-        Ok(tokens.len() as i32 - 1)
-    }
-
-    /// Makes the picked `token` part of the cache and returns the batch index of the logits
-    /// that follow it. A token the last batch drafted is already there; otherwise the drafts
-    /// left are dropped and `token` is evaluated with up to `room` new drafts after it, all
-    /// verified in that one batch.
-    fn advance(&mut self, token: LlamaToken, speculating: &mut Speculating, room: usize) -> Result<i32, EngineError> {
-        if speculating.drafts.front() == Some(&token) {
-            speculating.drafts.pop_front();
-            speculating.row += 1;
-            return Ok(speculating.row);
-        }
-        let started = Instant::now();
-        if let Some(previous) = speculating.step_started {
-            let generated = speculating.proposed - speculating.drafts.len() + 1;
-            self.depth.record_cost(speculating.proposed > 0, (started - previous).as_secs_f32(), generated);
-        }
-        self.end_round(speculating)?;
-        // The verify batch (the token and its drafts) must fit one llama.cpp batch.
-        let room = room.min(self.n_batch.saturating_sub(1));
-        let (drafts, catch_up_time) = if self.decoder.speculates() {
-            match self.depth.next(|| self.decoder.backlog(&self.cached)).min(room) {
-                0 => (Vec::new(), Duration::ZERO),
-                depth => {
-                    let proposal = self.decoder.propose(&self.cached, token, depth);
-                    (proposal.drafts, proposal.catch_up_time)
-                }
-            }
-        } else {
-            (Vec::new(), Duration::ZERO)
-        };
-        // A step's cost leaves out the drafter's catch-up with the prompt.
-        speculating.step_started = self.decoder.speculates().then_some(started + catch_up_time);
-        let mut batch = Vec::with_capacity(drafts.len() + 1);
-        batch.push(token);
-        batch.extend_from_slice(&drafts);
-        self.decode(&batch, BatchKind::Generated)?;
-        speculating.proposed = drafts.len();
-        speculating.drafted += drafts.len() as u32;
-        speculating.drafts = drafts.into();
-        speculating.row = 0;
-        Ok(0)
-    }
-
-    /// Ends a verification step: drafts that no picked token matched leave both caches, the
-    /// drafter learns how many were right, and the draft depth adapts.
-    ///
-    /// # Errors
-    /// [`EngineError::CacheCut`] when llama.cpp cannot drop the rejected drafts: the cache is
-    /// then cleared, and the reply must not go on from it.
-    fn end_round(&mut self, speculating: &mut Speculating) -> Result<(), EngineError> {
-        if speculating.proposed == 0 {
-            return Ok(());
-        }
-        let unused = speculating.drafts.len();
-        let accepted = speculating.proposed - unused;
-        if unused > 0 {
-            let keep = self.cached.len() - unused;
-            if !self.cut(keep) {
-                self.decoder.clear();
-                self.cached.clear();
-                speculating.drafts.clear();
-                speculating.proposed = 0;
-                return Err(EngineError::CacheCut { position: keep });
-            }
-        }
-        self.decoder.settle(accepted);
-        self.depth.record(speculating.proposed, accepted);
-        speculating.accepted += accepted as u32;
-        speculating.drafts.clear();
-        speculating.proposed = 0;
-        Ok(())
-    }
-
-    fn generate(
-        &mut self,
-        request: &super::GenerationRequest,
-        mut picker: TokenPicker<'_>,
-        limit: u32,
-        mut logits_index: i32,
-        reply: &mut Reply<'_>,
-        speculating: &mut Speculating,
-    ) -> Outcome {
-        let vocab = self.model.vocab();
-        let mut utf8 = Utf8Stream::default();
-        let mut stops = StopMatcher::new(&request.stop);
-        let n_ctx = self.decoder.target().n_ctx() as usize;
-        // Markers that are single special tokens are shown; other special tokens are not.
-        let preserved: Vec<LlamaToken> = request
-            .preserved_tokens
-            .iter()
-            .filter_map(|text| match vocab.tokenize(text.as_bytes(), false, true).as_slice() {
-                [token] => Some(*token),
-                _ => None,
-            })
-            .collect();
-        let reason = loop {
-            if reply.tokens >= limit {
-                break FinishReason::Length;
-            }
-            if self.shutting_down.load(Ordering::Relaxed) {
-                return Outcome::Failed(EngineError::ShuttingDown);
-            }
-            if reply.events.is_closed() {
-                return Outcome::Cancelled;
-            }
-            if reply.finish_requested.load(Ordering::Relaxed) {
-                break FinishReason::Stop;
-            }
-            let token = match picker.pick(self.decoder.target(), logits_index) {
-                Ok(token) => token,
-                Err(e) => return Outcome::Failed(e),
-            };
-            if vocab.is_eog(token) {
-                break FinishReason::Stop;
-            }
-            reply.tokens += 1;
-            let piece = vocab.token_to_piece(token, preserved.contains(&token), None);
-            let text = utf8.push(&piece);
-            // Stop strings cut free text only, never constrained output (a call, JSON).
-            let scan =
-                if picker.constraining() { StopScan::Continue(stops.finish() + &text) } else { stops.push(&text) };
-            match scan {
-                StopScan::Continue(text) => {
-                    if !reply.send(text) {
-                        return Outcome::Cancelled;
-                    }
-                }
-                StopScan::Stopped(text) => {
-                    return if reply.send(text) { Outcome::Finished(FinishReason::Stop) } else { Outcome::Cancelled };
-                }
-            }
-            // Positions evaluated for good (drafts in the last batch are still tentative).
-            let evaluated = self.cached.len() - speculating.drafts.len();
-            if reply.tokens >= limit || evaluated >= n_ctx {
-                break FinishReason::Length;
-            }
-            let room = ((limit - reply.tokens) as usize).min(n_ctx - evaluated) - 1;
-            logits_index = match self.advance(token, speculating, room) {
-                Ok(index) => index,
-                Err(e) => return Outcome::Failed(e),
-            };
-        };
-        // Release what was held back: an unfinished character, text that looked like a stop.
-        let rest = utf8.finish();
-        let scan = if picker.constraining() { StopScan::Continue(stops.finish() + &rest) } else { stops.push(&rest) };
-        let (reason, tail) = match scan {
-            StopScan::Continue(text) => (reason, text + &stops.finish()),
-            StopScan::Stopped(text) => (FinishReason::Stop, text),
-        };
-        if reply.send(tail) {
-            Outcome::Finished(reason)
-        } else {
-            Outcome::Cancelled
-        }
+        self.sequence.rewrite_tail(&canonical);
     }
 }

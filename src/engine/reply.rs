@@ -1,0 +1,166 @@
+//! The generation loop: picks tokens one by one from the live sequence's logits, streams their
+//! text (held back where it may be a stop string or half a character), and ends the reply on
+//! an end-of-generation token, a stop string, the token limit, or the client's request.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::sampling::TokenPicker;
+use super::sequence::LiveSequence;
+use super::speculation::Speculating;
+use super::text::{StopMatcher, StopScan, Utf8Stream};
+use super::{EngineError, Event, FinishReason, GenerationRequest};
+
+/// Why a request ended without a finished reply.
+pub(super) enum Halt {
+    /// Sent to the client as [`Event::Failed`].
+    Failed(EngineError),
+    /// The client went away; nothing more to send.
+    Cancelled,
+}
+
+impl From<EngineError> for Halt {
+    fn from(e: EngineError) -> Self {
+        Self::Failed(e)
+    }
+}
+
+/// Whether a request may go on with its next batch: not when the engine is stopping or the
+/// client has left.
+pub(super) fn still_wanted(shutting_down: &AtomicBool, events: &UnboundedSender<Event>) -> Result<(), Halt> {
+    if shutting_down.load(Ordering::Relaxed) {
+        return Err(Halt::Failed(EngineError::ShuttingDown));
+    }
+    if events.is_closed() {
+        return Err(Halt::Cancelled);
+    }
+    Ok(())
+}
+
+/// The reply to one request as it is generated.
+pub(super) struct Reply<'j> {
+    events: &'j UnboundedSender<Event>,
+    /// Set by the client to end the reply early.
+    finish_requested: &'j AtomicBool,
+    shutting_down: &'j AtomicBool,
+    /// Most tokens to generate.
+    limit: u32,
+    /// Tokens generated.
+    tokens: u32,
+    /// All text sent.
+    text: String,
+}
+
+impl<'j> Reply<'j> {
+    /// An empty reply of at most `limit` tokens, sent to `events`.
+    pub(super) fn new(
+        events: &'j UnboundedSender<Event>,
+        finish_requested: &'j AtomicBool,
+        shutting_down: &'j AtomicBool,
+        limit: u32,
+    ) -> Self {
+        Self { events, finish_requested, shutting_down, limit, tokens: 0, text: String::new() }
+    }
+
+    /// Tokens generated.
+    pub(super) fn tokens(&self) -> u32 {
+        self.tokens
+    }
+
+    /// All text sent, the reply as the client has it.
+    pub(super) fn into_text(self) -> String {
+        self.text
+    }
+
+    /// Sends text to the client; false if the client is gone.
+    fn send(&mut self, text: String) -> bool {
+        if text.is_empty() {
+            return true;
+        }
+        self.text.push_str(&text);
+        self.events.send(Event::Text(text)).is_ok()
+    }
+
+    /// Sends what is left and ends the reply with `reason`, unless the client is gone.
+    fn end(&mut self, tail: String, reason: FinishReason) -> Result<FinishReason, Halt> {
+        if self.send(tail) {
+            Ok(reason)
+        } else {
+            Err(Halt::Cancelled)
+        }
+    }
+
+    /// Generates from the logits at `logits_index` on, evaluating each picked token (with
+    /// drafts, through `speculating`) until the reply ends. The last picked token is not
+    /// evaluated: the next turn's prefill does that.
+    pub(super) fn generate(
+        &mut self,
+        model: &LlamaModel,
+        request: &GenerationRequest,
+        mut picker: TokenPicker<'_>,
+        sequence: &mut LiveSequence<'_>,
+        speculating: &mut Speculating<'_>,
+        mut logits_index: i32,
+    ) -> Result<FinishReason, Halt> {
+        let vocab = model.vocab();
+        let mut utf8 = Utf8Stream::default();
+        let mut stops = StopMatcher::new(&request.stop);
+        let n_ctx = sequence.n_ctx() as usize;
+        // Markers that are single special tokens are shown; other special tokens are not.
+        let preserved: Vec<LlamaToken> = request
+            .preserved_tokens
+            .iter()
+            .filter_map(|text| match vocab.tokenize(text.as_bytes(), false, true).as_slice() {
+                [token] => Some(*token),
+                _ => None,
+            })
+            .collect();
+        let reason = loop {
+            if self.tokens >= self.limit {
+                break FinishReason::Length;
+            }
+            still_wanted(self.shutting_down, self.events)?;
+            if self.finish_requested.load(Ordering::Relaxed) {
+                break FinishReason::Stop;
+            }
+            let token = picker.pick(sequence.target(), logits_index)?;
+            if vocab.is_eog(token) {
+                break FinishReason::Stop;
+            }
+            self.tokens += 1;
+            let piece = vocab.token_to_piece(token, preserved.contains(&token), None);
+            let text = utf8.push(&piece);
+            // Stop strings cut free text only, never constrained output (a call, JSON).
+            let scan =
+                if picker.constraining() { StopScan::Continue(stops.finish() + &text) } else { stops.push(&text) };
+            match scan {
+                StopScan::Continue(text) => {
+                    if !self.send(text) {
+                        return Err(Halt::Cancelled);
+                    }
+                }
+                StopScan::Stopped(text) => return self.end(text, FinishReason::Stop),
+            }
+            // Positions evaluated for good (drafts in the last batch are still tentative).
+            let evaluated = sequence.tokens().len() - speculating.pending();
+            if self.tokens >= self.limit || evaluated >= n_ctx {
+                break FinishReason::Length;
+            }
+            let room = ((self.limit - self.tokens) as usize).min(n_ctx - evaluated) - 1;
+            logits_index = speculating.advance(sequence, token, room)?;
+        };
+        // Release what was held back: an unfinished character, text that looked like a stop.
+        let rest = utf8.finish();
+        let scan = if picker.constraining() { StopScan::Continue(stops.finish() + &rest) } else { stops.push(&rest) };
+        match scan {
+            StopScan::Continue(text) => {
+                let tail = text + &stops.finish();
+                self.end(tail, reason)
+            }
+            StopScan::Stopped(text) => self.end(text, FinishReason::Stop),
+        }
+    }
+}
