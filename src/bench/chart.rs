@@ -5,17 +5,13 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::report::{Row, Scenario};
+use super::error::BenchError;
+use super::report::Row;
 
 /// Median TTFT per conversation turn (1 = cold, the last one after the interleaved job).
 fn ttft_by_turn(rows: &[Row], server: &str) -> Vec<(u32, f64)> {
-    let mut turns: Vec<u32> = rows
-        .iter()
-        .filter(|r| {
-            r.server == server && matches!(r.scenario, Scenario::Cold | Scenario::Warm | Scenario::AfterInterleave)
-        })
-        .map(|r| r.turn)
-        .collect();
+    let mut turns: Vec<u32> =
+        rows.iter().filter(|r| r.server == server && r.scenario.is_conversation_turn()).map(|r| r.turn).collect();
     turns.sort_unstable();
     turns.dedup();
     turns
@@ -24,7 +20,7 @@ fn ttft_by_turn(rows: &[Row], server: &str) -> Vec<(u32, f64)> {
             let mut values: Vec<f64> = rows
                 .iter()
                 .filter(|r| r.server == server && r.turn == turn && r.error.is_empty())
-                .filter(|r| matches!(r.scenario, Scenario::Cold | Scenario::Warm | Scenario::AfterInterleave))
+                .filter(|r| r.scenario.is_conversation_turn())
                 .filter_map(|r| r.ttft_ms)
                 .filter(|v| *v > 0.0)
                 .collect();
@@ -38,20 +34,21 @@ fn ttft_by_turn(rows: &[Row], server: &str) -> Vec<(u32, f64)> {
 /// system fonts).
 ///
 /// # Errors
-/// Not an `.svg` path.
-pub fn check_plot_path(path: &Path) -> Result<(), String> {
+/// [`BenchError::NotSvg`]: not an `.svg` path.
+pub fn check_plot_path(path: &Path) -> Result<(), BenchError> {
     if path.extension().and_then(|e| e.to_str()) == Some("svg") {
         Ok(())
     } else {
-        Err(format!("{}: the chart is written as SVG; use a .svg path", path.display()))
+        Err(BenchError::NotSvg(path.to_path_buf()))
     }
 }
 
 /// Draws the chart as SVG.
 ///
 /// # Errors
-/// Not an `.svg` path, nothing to draw, or the file cannot be written.
-pub fn plot(rows: &[Row], path: &Path) -> Result<(), String> {
+/// [`BenchError::NotSvg`]: not an `.svg` path; [`BenchError::NothingToPlot`]: no conversation
+/// turn succeeded; [`BenchError::Drawing`]: the chart cannot be drawn or written.
+pub fn plot(rows: &[Row], path: &Path) -> Result<(), BenchError> {
     check_plot_path(path)?;
     let mut servers: Vec<&str> = Vec::new();
     for row in rows {
@@ -68,10 +65,10 @@ pub fn plot(rows: &[Row], path: &Path) -> Result<(), String> {
         last_turn = last_turn.max(turn);
     }
     if !lowest.is_finite() {
-        return Err("no successful conversation turns to plot".into());
+        return Err(BenchError::NothingToPlot);
     }
     let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
-    let draw = |e: &dyn std::fmt::Display| format!("drawing {}: {e}", path.display());
+    let draw = |e: &dyn std::fmt::Display| BenchError::Drawing { path: path.to_path_buf(), message: e.to_string() };
     root.fill(&WHITE).map_err(|e| draw(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(

@@ -1,4 +1,5 @@
-//! One chat-completions request, timed from the client's side.
+//! One chat-completions request, timed from the client's side: the status, then either the
+//! JSON answer or the SSE stream, event by event, and last the metrics.
 
 use std::time::{Duration, Instant};
 
@@ -19,9 +20,9 @@ pub struct StreamedCall {
     pub repeated_header: u32,
 }
 
-/// What a request returned.
+/// What the server replied to one request, streamed or not.
 #[derive(Debug, Default)]
-pub struct Answer {
+pub struct ServerReply {
     /// Content text.
     pub content: String,
     /// Tool calls (streamed or not).
@@ -32,18 +33,37 @@ pub struct Answer {
     pub message: Option<Value>,
 }
 
+/// The `data:` payloads of the complete events in `text`, in order, as an SSE client reads
+/// them: events end at a blank line, `data:` and one space after it are cut off, comments
+/// and keep-alives are skipped. Text after the last blank line is an event still arriving
+/// and is not read. Each `data:` line is one payload (OpenAI-compatible servers send one per
+/// event).
+///
+/// ```
+/// let body = ": keep-alive\n\ndata: {\"a\":1}\n\ndata: [DONE]\n\ndata: {\"cut";
+/// let payloads: Vec<&str> = firstword::bench::sse_data(body).collect();
+/// assert_eq!(payloads, ["{\"a\":1}", "[DONE]"]);
+/// ```
+pub fn sse_data(text: &str) -> impl Iterator<Item = &str> {
+    let complete = text.rfind("\n\n").map_or("", |end| &text[..end]);
+    complete.split("\n\n").flat_map(str::lines).filter_map(|line| {
+        let data = line.strip_prefix("data:")?;
+        Some(data.strip_prefix(' ').unwrap_or(data))
+    })
+}
+
 /// Sends one request and fills the row's timings, tokens and status. Never fails: problems
 /// end up in `row.error`.
-pub async fn send(client: &reqwest::Client, base: &str, body: &Value, row: &mut Row) -> Answer {
+pub async fn send(client: &reqwest::Client, base: &str, body: &Value, row: &mut Row) -> ServerReply {
     let start = Instant::now();
     match exchange(client, base, body, row, start).await {
-        Ok(answer) => {
+        Ok(reply) => {
             row.total_ms = Some(ms(start.elapsed()));
-            answer
+            reply
         }
         Err(error) => {
             row.error = error;
-            Answer::default()
+            ServerReply::default()
         }
     }
 }
@@ -52,119 +72,164 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
+/// Posts `body` and reads the reply the way it was asked for (streamed or not).
 async fn exchange(
     client: &reqwest::Client,
     base: &str,
     body: &Value,
     row: &mut Row,
     start: Instant,
-) -> Result<Answer, String> {
+) -> Result<ServerReply, String> {
     let url = format!("{}/v1/chat/completions", base.trim_end_matches('/'));
-    let mut response = client.post(&url).json(body).send().await.map_err(|e| format!("unreachable: {e}"))?;
-    row.http_status = response.status().as_u16();
-    if !response.status().is_success() {
-        let text = response.text().await.unwrap_or_default();
-        let message: String = text.chars().take(200).collect();
-        return Err(format!("HTTP {}: {message}", row.http_status));
+    let response = client.post(&url).json(body).send().await.map_err(|e| format!("unreachable: {e}"))?;
+    let response = check_status(response, row).await?;
+    if body["stream"] == Value::Bool(true) {
+        read_stream(response, row, start).await
+    } else {
+        read_answer(response, row, start).await
     }
-    if body["stream"] != Value::Bool(true) {
-        let text = response.text().await.map_err(|e| format!("reading the answer: {e}"))?;
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|_| format!("not an OpenAI answer: {}", text.chars().take(120).collect::<String>()))?;
-        row.ttft_ms = Some(ms(start.elapsed()));
-        read_usage(&value, row);
-        let choice = value["choices"].get(0).ok_or("the answer has no choices")?;
-        let message = choice["message"].clone();
-        let calls = message["tool_calls"]
-            .as_array()
-            .map(|calls| {
-                calls
-                    .iter()
-                    .map(|c| StreamedCall {
-                        id: c["id"].as_str().unwrap_or_default().into(),
-                        name: c["function"]["name"].as_str().unwrap_or_default().into(),
-                        arguments: c["function"]["arguments"].as_str().unwrap_or_default().into(),
-                        repeated_header: 0,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        return Ok(Answer {
-            content: message["content"].as_str().unwrap_or_default().to_string(),
-            calls,
-            finish_reason: choice["finish_reason"].as_str().map(String::from),
-            message: Some(message),
-        });
-    }
-
-    let mut answer = Answer::default();
-    let mut buffer = String::new();
-    let (mut first, mut last) = (None, None);
-    let mut deltas = 0u64;
-    let mut done = false;
-    let mut finished_at = None;
-    while let Some(chunk) = response.chunk().await.map_err(|e| format!("stream broke: {e}"))? {
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buffer.find("\n\n") {
-            let event: String = buffer.drain(..end + 2).collect();
-            let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")).map(str::trim) else { continue };
-            if data == "[DONE]" {
-                done = true;
-                continue;
-            }
-            let value: Value = serde_json::from_str(data)
-                .map_err(|_| format!("not an OpenAI stream: {}", data.chars().take(120).collect::<String>()))?;
-            if let Some(error) = value.get("error") {
-                return Err(format!("error event: {error}"));
-            }
-            read_usage(&value, row);
-            let Some(choice) = value["choices"].get(0) else { continue };
-            if let Some(reason) = choice["finish_reason"].as_str() {
-                answer.finish_reason = Some(reason.to_string());
-                finished_at.get_or_insert(start.elapsed());
-            }
-            let delta = &choice["delta"];
-            let content = delta["content"].as_str().unwrap_or_default();
-            let calls = delta["tool_calls"].as_array().filter(|c| !c.is_empty());
-            if content.is_empty() && calls.is_none() {
-                continue;
-            }
-            let now = start.elapsed();
-            first.get_or_insert(now);
-            last = Some(now);
-            deltas += 1;
-            if !content.is_empty() {
-                answer.content.push_str(content);
-                if row.first_sentence_ms.is_none() && sentence_complete(&answer.content) {
-                    row.first_sentence_ms = Some(ms(now));
-                }
-            }
-            for call in calls.into_iter().flatten() {
-                merge_call_delta(&mut answer.calls, call);
-            }
-        }
-    }
-    if !done {
-        return Err("the stream ended without [DONE]".into());
-    }
-    // An empty reply (the model ended its turn at once) is an answer too: its first token is
-    // the end.
-    let first = first.or(finished_at).ok_or("neither content, tool calls nor a finish_reason was streamed")?;
-    row.ttft_ms = Some(ms(first));
-    if row.first_sentence_ms.is_none() && ends_sentence(answer.content.trim_end()) {
-        row.first_sentence_ms = last.map(ms);
-    }
-    let generated = row.completion_tokens.unwrap_or(deltas);
-    row.completion_tokens = Some(generated);
-    if let Some(last) = last {
-        let window = (last - first).as_secs_f64();
-        if generated > 1 && window > 0.0 {
-            row.decode_tok_s = Some((generated - 1) as f64 / window);
-        }
-    }
-    Ok(answer)
 }
 
+/// Records the HTTP status; a failure status is an error quoting the start of the body.
+async fn check_status(response: reqwest::Response, row: &mut Row) -> Result<reqwest::Response, String> {
+    row.http_status = response.status().as_u16();
+    if response.status().is_success() {
+        return Ok(response);
+    }
+    let text = response.text().await.unwrap_or_default();
+    let message: String = text.chars().take(200).collect();
+    Err(format!("HTTP {}: {message}", row.http_status))
+}
+
+/// A non-streamed answer: its first choice, its usage, and TTFT as the time to the whole answer.
+async fn read_answer(response: reqwest::Response, row: &mut Row, start: Instant) -> Result<ServerReply, String> {
+    let text = response.text().await.map_err(|e| format!("reading the answer: {e}"))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|_| format!("not an OpenAI answer: {}", text.chars().take(120).collect::<String>()))?;
+    row.ttft_ms = Some(ms(start.elapsed()));
+    read_usage(&value, row);
+    let choice = value["choices"].get(0).ok_or("the answer has no choices")?;
+    let message = choice["message"].clone();
+    let calls = message["tool_calls"]
+        .as_array()
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| StreamedCall {
+                    id: c["id"].as_str().unwrap_or_default().into(),
+                    name: c["function"]["name"].as_str().unwrap_or_default().into(),
+                    arguments: c["function"]["arguments"].as_str().unwrap_or_default().into(),
+                    repeated_header: 0,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(ServerReply {
+        content: message["content"].as_str().unwrap_or_default().to_string(),
+        calls,
+        finish_reason: choice["finish_reason"].as_str().map(String::from),
+        message: Some(message),
+    })
+}
+
+/// A streamed answer: the SSE framing, each event as it arrives, then the metrics.
+async fn read_stream(mut response: reqwest::Response, row: &mut Row, start: Instant) -> Result<ServerReply, String> {
+    let mut stream = StreamRead::default();
+    let mut buffer = String::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| format!("stream broke: {e}"))? {
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        let Some(end) = buffer.rfind("\n\n") else { continue };
+        let events: String = buffer.drain(..end + 2).collect();
+        for data in sse_data(&events) {
+            stream.data(data.trim(), row, start)?;
+        }
+    }
+    stream.finish(row)
+}
+
+/// A stream as read so far: the reply, and when its deltas came.
+#[derive(Default)]
+struct StreamRead {
+    reply: ServerReply,
+    /// Since the request: the first and the last delta with content or tool calls.
+    first: Option<Duration>,
+    last: Option<Duration>,
+    /// Deltas with content or tool calls.
+    deltas: u64,
+    /// `[DONE]` came.
+    done: bool,
+    /// Since the request: the first `finish_reason`.
+    finished_at: Option<Duration>,
+}
+
+impl StreamRead {
+    /// One `data:` payload: a chunk, an error event or `[DONE]`.
+    fn data(&mut self, data: &str, row: &mut Row, start: Instant) -> Result<(), String> {
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let value: Value = serde_json::from_str(data)
+            .map_err(|_| format!("not an OpenAI stream: {}", data.chars().take(120).collect::<String>()))?;
+        if let Some(error) = value.get("error") {
+            return Err(format!("error event: {error}"));
+        }
+        read_usage(&value, row);
+        let Some(choice) = value["choices"].get(0) else { return Ok(()) };
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.reply.finish_reason = Some(reason.to_string());
+            self.finished_at.get_or_insert(start.elapsed());
+        }
+        self.delta(&choice["delta"], row, start);
+        Ok(())
+    }
+
+    /// A chunk's delta: content text (and when the first sentence is complete) and tool calls.
+    fn delta(&mut self, delta: &Value, row: &mut Row, start: Instant) {
+        let content = delta["content"].as_str().unwrap_or_default();
+        let calls = delta["tool_calls"].as_array().filter(|c| !c.is_empty());
+        if content.is_empty() && calls.is_none() {
+            return;
+        }
+        let now = start.elapsed();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        self.deltas += 1;
+        if !content.is_empty() {
+            self.reply.content.push_str(content);
+            if row.first_sentence_ms.is_none() && sentence_complete(&self.reply.content) {
+                row.first_sentence_ms = Some(ms(now));
+            }
+        }
+        for call in calls.into_iter().flatten() {
+            merge_call_delta(&mut self.reply.calls, call);
+        }
+    }
+
+    /// The stream has ended: TTFT, first sentence, completion tokens and decode speed.
+    fn finish(self, row: &mut Row) -> Result<ServerReply, String> {
+        if !self.done {
+            return Err("the stream ended without [DONE]".into());
+        }
+        // An empty reply (the model ended its turn at once) is an answer too: its first token
+        // is the end.
+        let first =
+            self.first.or(self.finished_at).ok_or("neither content, tool calls nor a finish_reason was streamed")?;
+        row.ttft_ms = Some(ms(first));
+        if row.first_sentence_ms.is_none() && ends_sentence(self.reply.content.trim_end()) {
+            row.first_sentence_ms = self.last.map(ms);
+        }
+        let generated = row.completion_tokens.unwrap_or(self.deltas);
+        row.completion_tokens = Some(generated);
+        if let Some(last) = self.last {
+            let window = (last - first).as_secs_f64();
+            if generated > 1 && window > 0.0 {
+                row.decode_tok_s = Some((generated - 1) as f64 / window);
+            }
+        }
+        Ok(self.reply)
+    }
+}
 /// Token counts from `usage` and speculative-decoding counts from llama-server-style `timings`.
 fn read_usage(value: &Value, row: &mut Row) {
     let usage = &value["usage"];
@@ -227,6 +292,14 @@ mod tests {
         assert!(!sentence_complete("3.14 is pi"));
         assert!(sentence_complete("Hi. How"));
         assert!(ends_sentence("Done!"));
+    }
+
+    #[test]
+    fn sse_data_reads_only_complete_events() {
+        let stream = "data: {\"a\":1}\n\n: comment\n\nevent: x\ndata:{\"b\":2}\n\ndata: [DONE]\n";
+        assert_eq!(sse_data(stream).collect::<Vec<_>>(), ["{\"a\":1}", "{\"b\":2}"]);
+        assert_eq!(sse_data(&format!("{stream}\n")).last(), Some("[DONE]"));
+        assert_eq!(sse_data("data: {\"cut").count(), 0);
     }
 
     #[test]

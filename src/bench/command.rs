@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{
     check_plot_path, decide, load_average, peak_rss_mb, plot, run, scores, summarize, table, write_csv, BenchConfig,
-    Weights,
+    BenchError, Weights,
 };
 
 /// Requests per server and repetition: the turns, the interleaved job and the turn after it,
@@ -17,12 +17,16 @@ fn requests_per_run(turns: u32) -> u64 {
 }
 
 /// Fails early, with the server named, when a server does not answer at all.
-async fn check_reachable(config: &BenchConfig) -> Result<(), String> {
-    let client =
-        reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().map_err(|e| e.to_string())?;
+async fn check_reachable(config: &BenchConfig) -> Result<(), BenchError> {
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(BenchError::HttpClient)?;
     for target in &config.targets {
         let url = format!("{}/v1/models", super::base(&target.url));
-        client.get(&url).send().await.map_err(|e| format!("cannot reach {} at {url}: {e}", target.name))?;
+        if let Err(error) = client.get(&url).send().await {
+            return Err(BenchError::Unreachable { name: target.name.clone(), url, error });
+        }
     }
     Ok(())
 }
@@ -41,11 +45,12 @@ pub struct Outputs {
 /// Runs the benchmark and prints the report.
 ///
 /// # Errors
-/// Bad settings, the HTTP client, or writing the CSV or chart. Server failures are not errors:
-/// they are counted in the report.
-pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), String> {
+/// Bad settings ([`BenchError::NoTargets`], [`BenchError::NotSvg`]), a server that does not
+/// answer at all ([`BenchError::Unreachable`]), the HTTP client, or writing the CSV or chart.
+/// Server failures after that are not errors: they are counted in the report.
+pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), BenchError> {
     if config.targets.is_empty() {
-        return Err("give at least one --url".into());
+        return Err(BenchError::NoTargets);
     }
     if let Some(path) = &outputs.plot {
         check_plot_path(path)?;
@@ -58,7 +63,8 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Stri
     let total = u64::from(config.reps) * config.targets.len() as u64 * requests_per_run(config.turns);
     let bar = ProgressBar::new(total);
     bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} requests, {elapsed} {msg}").map_err(|e| e.to_string())?,
+        ProgressStyle::with_template("{bar:30} {pos}/{len} requests, {elapsed} {msg}")
+            .map_err(BenchError::ProgressBar)?,
     );
     let mut highest_load = load_before.unwrap_or(0.0);
     let rows = run(config, |row| {
@@ -76,8 +82,8 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Stri
     let rss: Vec<(String, f64)> =
         config.targets.iter().filter_map(|t| t.pid.and_then(peak_rss_mb).map(|mb| (t.name.clone(), mb))).collect();
     if let Some(path) = &outputs.csv {
-        let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        write_csv(&rows, file).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = std::fs::File::create(path).map_err(|error| BenchError::CreateCsv { path: path.clone(), error })?;
+        write_csv(&rows, file).map_err(|error| BenchError::WriteCsv { path: path.clone(), error })?;
     }
     if let Some(path) = &outputs.plot {
         plot(&rows, path)?;

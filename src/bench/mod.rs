@@ -8,6 +8,7 @@
 mod chart;
 mod client;
 mod command;
+mod error;
 mod report;
 
 use std::time::Duration;
@@ -15,10 +16,14 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub use chart::{check_plot_path, plot};
+pub use client::sse_data;
 pub use command::{execute, Outputs};
-pub use report::{decide, scores, summarize, table, write_csv, Row, Scenario, Spread, Summary, Weights};
+pub use error::BenchError;
+pub use report::{
+    decide, scores, summarize, table, write_csv, NoDecision, Row, Scenario, Spread, Summary, Weights, WeightsError,
+};
 
-use client::{send, Answer};
+use client::{send, ServerReply};
 
 /// A server to measure.
 #[derive(Clone, Debug)]
@@ -81,14 +86,21 @@ const QUESTIONS: [&str; 6] = [
     "Thanks. What else should I know?",
 ];
 
+/// `get_weather(city, unit)`, the unit an enum: the tool of the tool scenario's question (the
+/// integration tests call it too).
+#[must_use]
+pub fn weather_tool() -> Value {
+    json!({"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"], "additionalProperties": false}}})
+}
+
 /// The tools of the tool scenario: an enum and an integer, as voice assistants use them.
 #[must_use]
 pub fn bench_tools() -> Value {
     json!([
-        {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                "required": ["city", "unit"], "additionalProperties": false}}},
+        weather_tool(),
         {"type": "function", "function": {"name": "set_timer", "description": "Start a timer",
             "parameters": {"type": "object", "properties": {"minutes": {"type": "integer", "minimum": 1}},
                 "required": ["minutes"], "additionalProperties": false}}}
@@ -105,15 +117,15 @@ fn base(url: &str) -> &str {
 /// request with the row. Never panics on server misbehaviour: it ends up in the rows.
 ///
 /// # Errors
-/// The HTTP client cannot be built.
-pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, String> {
+/// [`BenchError::HttpClient`]: the HTTP client cannot be built.
+pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, BenchError> {
     // A fresh connection per request, for every server alike: a pooled keep-alive connection
     // that the server closed while idle fails the next request on the client's side.
     let client = reqwest::Client::builder()
         .timeout(config.timeout)
         .pool_max_idle_per_host(0)
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(BenchError::HttpClient)?;
     let mut rows = Vec::new();
     for rep in 1..=config.reps {
         for target in &config.targets {
@@ -136,11 +148,16 @@ struct ServerRun<'a, P> {
 }
 
 impl<P: FnMut(&Row)> ServerRun<'_, P> {
-    async fn request(&mut self, mut row: Row, body: Value) -> Answer {
-        let answer = send(self.client, base(&self.target.url), &body, &mut row).await;
+    async fn request(&mut self, mut row: Row, body: Value) -> ServerReply {
+        let reply = send(self.client, base(&self.target.url), &body, &mut row).await;
+        self.record(row);
+        reply
+    }
+
+    /// Reports a finished row and keeps it.
+    fn record(&mut self, row: Row) {
         (self.progress)(&row);
         self.rows.push(row);
-        answer
     }
 
     fn body(&self, messages: &[Value], max_tokens: u32, stream: bool) -> Value {
@@ -173,8 +190,8 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
             let scenario = if turn == 1 { Scenario::Cold } else { Scenario::Warm };
             messages.push(json!({"role": "user", "content": QUESTIONS[(turn as usize - 1) % QUESTIONS.len()]}));
             let body = self.body(&messages, self.config.turn_tokens, true);
-            let answer = self.request(self.row(scenario, turn), body).await;
-            messages.push(json!({"role": "assistant", "content": answer.content}));
+            let reply = self.request(self.row(scenario, turn), body).await;
+            messages.push(json!({"role": "assistant", "content": reply.content}));
         }
 
         let job = [
@@ -209,28 +226,25 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         };
         let body = with_tools(self.body(&messages, 96, true), "required");
         let mut row = self.row(Scenario::ToolStream, 0);
-        let answer = send(self.client, base(&self.target.url), &body, &mut row).await;
+        let reply = send(self.client, base(&self.target.url), &body, &mut row).await;
         if row.error.is_empty() {
-            row.error = check_tool_answer(&answer, true).err().unwrap_or_default();
+            row.error = check_tool_reply(&reply, true).err().unwrap_or_default();
         }
-        (self.progress)(&row);
-        self.rows.push(row);
+        self.record(row);
 
         let body = with_tools(self.body(&messages, 96, false), "required");
         let mut row = self.row(Scenario::ToolNonStream, 0);
-        let answer = send(self.client, base(&self.target.url), &body, &mut row).await;
+        let reply = send(self.client, base(&self.target.url), &body, &mut row).await;
         if row.error.is_empty() {
-            row.error = check_tool_answer(&answer, false).err().unwrap_or_default();
+            row.error = check_tool_reply(&reply, false).err().unwrap_or_default();
         }
-        let follow_up = answer.message.filter(|_| row.error.is_empty());
-        (self.progress)(&row);
-        self.rows.push(row);
+        let follow_up = reply.message.filter(|_| row.error.is_empty());
+        self.record(row);
 
         let mut row = self.row(Scenario::ToolFollowUp, 0);
         let Some(message) = follow_up else {
             row.error = "skipped: no tool call to follow up".into();
-            (self.progress)(&row);
-            self.rows.push(row);
+            self.record(row);
             return;
         };
         let id = message["tool_calls"][0]["id"].as_str().unwrap_or("call_0").to_string();
@@ -239,27 +253,26 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         history
             .push(json!({"role": "tool", "tool_call_id": id, "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}));
         let body = with_tools(self.body(&history, 48, true), "auto");
-        let answer = send(self.client, base(&self.target.url), &body, &mut row).await;
-        if row.error.is_empty() && answer.content.trim().is_empty() && answer.calls.is_empty() {
+        let reply = send(self.client, base(&self.target.url), &body, &mut row).await;
+        if row.error.is_empty() && reply.content.trim().is_empty() && reply.calls.is_empty() {
             row.error = "the follow-up after the tool result was not answered".into();
         }
-        (self.progress)(&row);
-        self.rows.push(row);
+        self.record(row);
     }
 }
 
 /// The tool check: structured calls with a declared name and schema-valid arguments, and
 /// `finish_reason: "tool_calls"`; otherwise the reason it failed.
-fn check_tool_answer(answer: &Answer, streamed: bool) -> Result<(), String> {
-    if answer.calls.is_empty() {
-        let content = answer.content.trim();
+fn check_tool_reply(reply: &ServerReply, streamed: bool) -> Result<(), String> {
+    if reply.calls.is_empty() {
+        let content = reply.content.trim();
         if content.contains("\"name\"") || content.contains("<tool_call>") || content.starts_with('{') {
             return Err("tool call came back as JSON in content".into());
         }
-        return Err(format!("no tool_calls; finish_reason {}", answer.finish_reason.as_deref().unwrap_or("missing")));
+        return Err(format!("no tool_calls; finish_reason {}", reply.finish_reason.as_deref().unwrap_or("missing")));
     }
     let tools = bench_tools();
-    for call in &answer.calls {
+    for call in &reply.calls {
         if call.repeated_header > 0 {
             return Err(format!("id or name of {:?} sent more than once (clients concatenate them)", call.name));
         }
@@ -275,7 +288,7 @@ fn check_tool_answer(answer: &Answer, streamed: bool) -> Result<(), String> {
         let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
         validator.validate(&arguments).map_err(|e| format!("arguments of {} break the schema: {e}", call.name))?;
     }
-    match answer.finish_reason.as_deref() {
+    match reply.finish_reason.as_deref() {
         Some("tool_calls") => Ok(()),
         other => {
             Err(format!("finish_reason {other:?}, expected \"tool_calls\"{}", if streamed { " (stream)" } else { "" }))

@@ -28,6 +28,20 @@ pub enum Scenario {
     AfterInterleave,
 }
 
+impl Scenario {
+    /// Whether this is one of C's tool checks (they decide pass or fail, not the error count).
+    #[must_use]
+    pub fn is_tool(self) -> bool {
+        matches!(self, Self::ToolStream | Self::ToolNonStream | Self::ToolFollowUp)
+    }
+
+    /// Whether this is a turn of the conversation (A, B, or the turn after E's job).
+    #[must_use]
+    pub fn is_conversation_turn(self) -> bool {
+        matches!(self, Self::Cold | Self::Warm | Self::AfterInterleave)
+    }
+}
+
 /// One request's measurements: one CSV row.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Row {
@@ -201,21 +215,11 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                 reps.dedup();
                 reps
             };
-            let tool_rows = |rep: u32| {
-                mine.iter().filter(move |r| {
-                    r.rep == rep
-                        && matches!(r.scenario, Scenario::ToolStream | Scenario::ToolNonStream | Scenario::ToolFollowUp)
-                })
-            };
+            let tool_rows = |rep: u32| mine.iter().filter(move |r| r.rep == rep && r.scenario.is_tool());
             let passed =
                 reps.iter().filter(|&&rep| tool_rows(rep).count() == 3 && tool_rows(rep).all(|r| r.ok())).count();
-            let tool_failure = mine
-                .iter()
-                .find(|r| {
-                    matches!(r.scenario, Scenario::ToolStream | Scenario::ToolNonStream | Scenario::ToolFollowUp)
-                        && !r.ok()
-                })
-                .map(|r| format!("{:?}: {}", r.scenario, r.error));
+            let tool_failure =
+                mine.iter().find(|r| r.scenario.is_tool() && !r.ok()).map(|r| format!("{:?}: {}", r.scenario, r.error));
             Summary {
                 server: server.to_string(),
                 cold_ttft: Spread::of(&values(Scenario::Cold, |r| r.ttft_ms)),
@@ -227,16 +231,7 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                 decode_short: Spread::of(&values(Scenario::DecodeShort, |r| r.decode_tok_s)),
                 decode_long: Spread::of(&values(Scenario::DecodeLong, |r| r.decode_tok_s)),
                 after_interleave_ttft: Spread::of(&values(Scenario::AfterInterleave, |r| r.ttft_ms)),
-                errors: mine
-                    .iter()
-                    .filter(|r| {
-                        !r.ok()
-                            && !matches!(
-                                r.scenario,
-                                Scenario::ToolStream | Scenario::ToolNonStream | Scenario::ToolFollowUp
-                            )
-                    })
-                    .count(),
+                errors: mine.iter().filter(|r| !r.ok() && !r.scenario.is_tool()).count(),
                 peak_rss_mb: peak_rss_mb.iter().find(|(name, _)| name == server).map(|(_, mb)| *mb),
                 drafts: mine.iter().filter(|r| r.ok()).fold(None, |total, r| match (r.draft_n, r.draft_n_accepted) {
                     (Some(drafted), Some(accepted)) => {
@@ -256,19 +251,14 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
 /// others' TTFT), warm TTFT when one passing server is clearly ahead, cold TTFT otherwise.
 ///
 /// # Errors
-/// No server passed the tool check: there is no decision.
-pub fn decide(summaries: &[Summary]) -> Result<String, String> {
+/// [`NoDecision`]: no server passed the tool check.
+pub fn decide(summaries: &[Summary]) -> Result<String, NoDecision> {
     let passing: Vec<&Summary> = summaries.iter().filter(|s| s.tool_pass() && s.warm_ttft_mean.is_some()).collect();
     let warm = |s: &Summary| s.warm_ttft_mean.unwrap_or(f64::INFINITY);
-    let best_warm = passing
-        .iter()
-        .map(|s| warm(s))
-        .min_by(f64::total_cmp)
-        .ok_or_else(|| "no server passed the tool check; no decision".to_string())?;
+    let best_warm = passing.iter().map(|s| warm(s)).min_by(f64::total_cmp).ok_or(NoDecision)?;
     let (close, behind): (Vec<&Summary>, Vec<&Summary>) = passing.iter().partition(|s| warm(s) <= best_warm * 1.05);
     let cold = |s: &Summary| s.cold_ttft.map_or(f64::INFINITY, |c| c.median);
-    let winner =
-        close.iter().copied().min_by(|a, b| cold(a).total_cmp(&cold(b))).ok_or_else(|| "no decision".to_string())?;
+    let winner = close.iter().copied().min_by(|a, b| cold(a).total_cmp(&cold(b))).ok_or(NoDecision)?;
     let ms = |value: f64| if value.is_finite() { format!("{value:.0} ms") } else { "not measured".to_string() };
     let why = if passing.len() == 1 {
         if summaries.len() == 1 {
@@ -297,6 +287,31 @@ pub fn decide(summaries: &[Summary]) -> Result<String, String> {
     Ok(format!("{} ({why})", winner.server))
 }
 
+/// Why [`decide`] made no decision: no server passed the tool check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no server passed the tool check; no decision")]
+pub struct NoDecision;
+
+/// Why a `--weights` text does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WeightsError {
+    /// A part without `=`.
+    #[error("expected key=value, got {0:?}")]
+    NotKeyValue(String),
+    /// A value that is not a number.
+    #[error("{key}: not a number: {value:?}")]
+    NotANumber {
+        /// The weight's name, as written.
+        key: String,
+        /// The value, as written.
+        value: String,
+    },
+    /// A name other than quality, decode, ttft and rss.
+    #[error("unknown weight {0:?}; use quality, decode, ttft, rss")]
+    Unknown(String),
+}
+
 /// Weights of the optional score.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Weights {
@@ -311,20 +326,23 @@ pub struct Weights {
 }
 
 impl std::str::FromStr for Weights {
-    type Err = String;
+    type Err = WeightsError;
 
     /// `quality=0.4,decode=0.25,ttft=0.2,rss=0.15` (missing ones are 0).
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, WeightsError> {
         let mut weights = Self { quality: 0.0, decode: 0.0, ttft: 0.0, rss: 0.0 };
         for part in text.split(',').filter(|p| !p.trim().is_empty()) {
-            let (key, value) = part.split_once('=').ok_or_else(|| format!("expected key=value, got {part:?}"))?;
-            let value: f64 = value.trim().parse().map_err(|_| format!("{key}: not a number: {value:?}"))?;
+            let (key, value) = part.split_once('=').ok_or_else(|| WeightsError::NotKeyValue(part.to_string()))?;
+            let value: f64 = value
+                .trim()
+                .parse()
+                .map_err(|_| WeightsError::NotANumber { key: key.to_string(), value: value.to_string() })?;
             match key.trim() {
                 "quality" => weights.quality = value,
                 "decode" => weights.decode = value,
                 "ttft" => weights.ttft = value,
                 "rss" => weights.rss = value,
-                other => return Err(format!("unknown weight {other:?}; use quality, decode, ttft, rss")),
+                other => return Err(WeightsError::Unknown(other.to_string())),
             }
         }
         Ok(weights)

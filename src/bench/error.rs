@@ -1,0 +1,59 @@
+//! Why a benchmark run could not be made or its results not written. A server that fails is
+//! not one of these: its failures are measurements, recorded in the rows.
+
+use std::path::PathBuf;
+
+/// What stopped `firstword bench`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// No server to measure.
+    #[error("give at least one --url")]
+    NoTargets,
+    /// The HTTP client could not be built.
+    #[error("{0}")]
+    HttpClient(reqwest::Error),
+    /// A server does not answer at all.
+    #[error("cannot reach {name} at {url}: {error}")]
+    Unreachable {
+        /// The server's name in the report.
+        name: String,
+        /// The URL that was tried.
+        url: String,
+        /// Why the request failed.
+        error: reqwest::Error,
+    },
+    /// The progress bar's template is invalid.
+    #[error("{0}")]
+    ProgressBar(indicatif::style::TemplateError),
+    /// The CSV file cannot be created.
+    #[error("{}: {error}", path.display())]
+    CreateCsv {
+        /// The CSV path.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// Writing the CSV rows failed.
+    #[error("{}: {error}", path.display())]
+    WriteCsv {
+        /// The CSV path.
+        path: PathBuf,
+        /// Why.
+        error: csv::Error,
+    },
+    /// The chart path does not end in `.svg`.
+    #[error("{}: the chart is written as SVG; use a .svg path", .0.display())]
+    NotSvg(PathBuf),
+    /// No conversation turn succeeded, so the chart would be empty.
+    #[error("no successful conversation turns to plot")]
+    NothingToPlot,
+    /// Drawing or writing the chart failed.
+    #[error("drawing {}: {message}", path.display())]
+    Drawing {
+        /// The chart path.
+        path: PathBuf,
+        /// The drawing back-end's message.
+        message: String,
+    },
+}
