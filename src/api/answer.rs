@@ -7,10 +7,8 @@
 //! sees it, a later call to a function already called is held until it is complete; all other
 //! calls stream as they are written.
 
-use axum::http::StatusCode;
-
 use super::convert::OutputPlan;
-use super::error::ApiError;
+use super::error::OutputError;
 use super::wire::{Delta, FunctionCall, FunctionDelta, ResponseToolCall, ToolCallDelta};
 use crate::chat::tools::{ParsedCall, ParsedPiece, ToolCallParser};
 use crate::engine::FinishReason;
@@ -51,6 +49,7 @@ pub(super) struct Ending {
 }
 
 impl AnswerShaper {
+    /// A shaper for a reply made under `plan`.
     pub(super) fn new(plan: OutputPlan) -> Self {
         let parser = plan.tools.as_ref().map(|tools| {
             let parser = ToolCallParser::new(plan.format).with_tools(tools);
@@ -83,9 +82,9 @@ impl AnswerShaper {
     /// Ends the reply: the last deltas, the finish reason and the checked calls.
     ///
     /// # Errors
-    /// 422 when a finished call's arguments or a JSON reply do not match their schema, or when
-    /// the reply stopped inside a call (a call is never returned half written as "stop").
-    pub(super) fn finish(mut self, reason: FinishReason) -> Result<Ending, ApiError> {
+    /// When a finished call's arguments or a JSON reply do not match their schema, or when the
+    /// reply stopped inside a call (a call is never returned half written as "stop").
+    pub(super) fn finish(mut self, reason: FinishReason) -> Result<Ending, OutputError> {
         let (deltas, mut calls) = match self.parser.take() {
             Some(parser) => {
                 let (pieces, calls) = parser.finish();
@@ -104,18 +103,15 @@ impl AnswerShaper {
         calls.truncate(self.cut_at.unwrap_or(usize::MAX));
         if reason == FinishReason::Stop {
             if let Some(cut) = calls.iter().find(|c| !c.complete) {
-                return Err(unusable_output(format!(
-                    "the reply stopped inside a call to {:?} (arguments so far: {})",
-                    cut.name, cut.arguments
-                )));
+                return Err(OutputError::CutCall { name: cut.name.clone(), arguments: cut.arguments.clone() });
             }
             if let Some(tools) = &self.plan.tools {
                 for call in &calls {
-                    tools.check_arguments(&call.name, &call.arguments).map_err(unusable_output)?;
+                    tools.check_arguments(&call.name, &call.arguments)?;
                 }
             }
             if let Some(schema) = self.plan.schema.as_ref().filter(|_| calls.is_empty()) {
-                schema.check(&self.content).map_err(unusable_output)?;
+                schema.check(&self.content)?;
             }
         }
         let finish_reason = match reason {
@@ -212,47 +208,5 @@ fn call_delta(index: usize, id: Option<String>, name: Option<String>, arguments:
     }
 }
 
-/// The model's output broke a schema the grammar could not fully enforce.
-fn unusable_output(reason: String) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_code("invalid_model_output")
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::chat::tools::{ToolDefinition, ToolFormat, ToolSet};
-
-    fn timer_shaper() -> AnswerShaper {
-        let tool = ToolDefinition {
-            name: "set_timer".into(),
-            description: None,
-            parameters: serde_json::json!({"type": "object", "properties": {"minutes": {"type": "integer"}},
-                "required": ["minutes"]}),
-        };
-        let tools = ToolSet::new(vec![tool]).expect("tools");
-        AnswerShaper::new(OutputPlan { format: ToolFormat::Generic, tools: Some(tools), schema: None })
-    }
-
-    #[test]
-    fn a_call_cut_by_a_stop_is_refused_not_returned() {
-        let mut shaper = timer_shaper();
-        let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"argu".into());
-        let error = shaper.finish(FinishReason::Stop).err().expect("a cut call is no answer");
-        assert_eq!((error.status, error.code), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_model_output")));
-        // At the token limit the cut call is reported as such, with finish_reason "length".
-        let mut shaper = timer_shaper();
-        let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"min".into());
-        let ending = shaper.finish(FinishReason::Length).expect("an answer");
-        assert_eq!((ending.finish_reason, ending.calls.len()), ("length", 1));
-    }
-
-    #[test]
-    fn a_json_object_opening_an_auto_reply_is_a_call() {
-        let mut shaper = timer_shaper();
-        let shaped = shaper.text(" {\"name\": \"set_timer\", \"arguments\": {\"minutes\": 2}}".into());
-        assert!(shaped.deltas.iter().all(|d| d.content.is_none()), "no content");
-        let ending = shaper.finish(FinishReason::Stop).expect("an answer");
-        assert_eq!((ending.finish_reason, ending.content), ("tool_calls", None));
-        assert_eq!(ending.calls[0].function.arguments, "{\"minutes\": 2}");
-    }
-}
+mod tests;

@@ -6,24 +6,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use super::error::ApiError;
+use super::error::{ApiError, Refusal};
 use super::limits::{check_schema, check_stops, too_many, MAX_LOGIT_BIAS, MAX_TOOLS};
 use super::wire::{ChatCompletionRequest, Content, Stop, WireMessage};
-use crate::chat::tools::{request_grammar, OutputSchema, ToolChoice, ToolDefinition, ToolError, ToolFormat, ToolSet};
+use crate::chat::tools::{request_grammar, OutputSchema, ToolChoice, ToolDefinition, ToolFormat, ToolSet};
 use crate::chat::{ChatMessage, Role, ToolCall};
 use crate::engine::{GenerationRequest, ModelInfo, Prompt, SamplingParams, LARGE_STACK_BYTES};
 
 /// A validated request: what to run and how to answer.
 #[derive(Debug)]
 pub(crate) struct ChatJob {
+    /// What the engine runs.
     pub request: GenerationRequest,
+    /// Answer as server-sent events.
     pub stream: bool,
+    /// Streams end with a usage chunk (`stream_options.include_usage`).
     pub include_usage: bool,
+    /// The model name to answer with (the request's, else the loaded model's).
     pub model: String,
+    /// How the generated text becomes the answer.
     pub output: OutputPlan,
 }
 
@@ -36,17 +40,6 @@ pub(crate) struct OutputPlan {
     pub tools: Option<ToolSet>,
     /// The schema a JSON reply must match.
     pub schema: Option<OutputSchema>,
-}
-
-impl From<ToolError> for ApiError {
-    fn from(error: ToolError) -> Self {
-        let code = match error {
-            ToolError::UnknownChoice(_) | ToolError::ChoiceWithoutTools(_) => "invalid_tool_choice",
-            ToolError::UnusableOutputSchema(_) => "invalid_response_format",
-            _ => "invalid_tools",
-        };
-        ApiError::invalid(error.param(), error.to_string()).with_code(code)
-    }
 }
 
 fn in_range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<Option<f32>, ApiError> {
@@ -164,10 +157,7 @@ pub(crate) async fn prepare_job(
     body: ChatCompletionRequest,
     model: ModelInfo,
 ) -> Result<ChatJob, ApiError> {
-    let busy = || {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server busy: too many requests are being prepared")
-            .with_code("queue_full")
-    };
+    let busy = || ApiError::Busy("prepared");
     let permit = tokio::time::timeout(PREPARE_TIMEOUT, Arc::clone(permits).acquire_owned())
         .await
         .map_err(|_| busy())?
@@ -180,17 +170,11 @@ pub(crate) async fn prepare_job(
             let _ = answer.send(body.into_job(&model));
             drop(permit);
         })
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start a thread: {e}")))?;
+        .map_err(|e| ApiError::Internal(format!("cannot start a thread: {e}")))?;
     match tokio::time::timeout(PREPARE_TIMEOUT, result).await {
         Ok(Ok(job)) => job,
-        Ok(Err(_)) => {
-            Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "preparing the request failed unexpectedly"))
-        }
-        Err(_) => Err(ApiError::bad_request(format!(
-            "preparing this request took longer than {} s; simplify its tool or response_format schemas",
-            PREPARE_TIMEOUT.as_secs()
-        ))
-        .with_code("schema_too_complex")),
+        Ok(Err(_)) => Err(ApiError::Internal("preparing the request failed unexpectedly".into())),
+        Err(_) => Err(ApiError::PrepareTimeout(PREPARE_TIMEOUT)),
     }
 }
 
@@ -243,11 +227,11 @@ fn convert_tools(tools: Vec<Value>) -> Result<Vec<ToolDefinition>, ApiError> {
 /// `tool_choice`: `"auto"`, `"none"`, `"required"` or `{"type": "function", "function": {"name"}}`.
 fn convert_tool_choice(choice: Option<Value>) -> Result<ToolChoice, ApiError> {
     let invalid = || {
-        ApiError::invalid(
+        ApiError::refused(
+            Refusal::ToolChoice,
             "tool_choice",
             "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
         )
-        .with_code("invalid_tool_choice")
     };
     Ok(match choice {
         None | Some(Value::Null) => ToolChoice::Auto,
@@ -279,8 +263,7 @@ fn convert_response_format(format: Option<Value>) -> Result<Option<OutputSchema>
             })?;
             check_schema("response_format.json_schema.schema", schema)?;
             OutputSchema::new(schema).map(Some).map_err(|e| {
-                ApiError::invalid("response_format.json_schema.schema", e.to_string())
-                    .with_code("invalid_response_format")
+                ApiError::refused(Refusal::ResponseFormat, "response_format.json_schema.schema", e.to_string())
             })
         }
         _ => Err(ApiError::invalid(
@@ -353,11 +336,11 @@ fn convert_message(index: usize, message: WireMessage) -> Result<ChatMessage, Ap
                             "file" => "file",
                             _ => kind,
                         };
-                        return Err(ApiError::invalid(
+                        return Err(ApiError::refused(
+                            Refusal::UnsupportedContent,
                             param(&format!("content[{j}].type")),
                             format!("this server has no backend for {what} input; only text content is supported"),
-                        )
-                        .with_code("unsupported_content_type"));
+                        ));
                     }
                 }
             }
@@ -384,3 +367,6 @@ fn convert_message(index: usize, message: WireMessage) -> Result<ChatMessage, Ap
     }
     Ok(ChatMessage { role, content, name: message.name, tool_calls, tool_call_id: message.tool_call_id })
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,22 +1,227 @@
-//! The OpenAI error envelope, and the one place where engine errors become HTTP statuses.
+//! The OpenAI error envelope, and the one place where errors become HTTP statuses.
+//!
+//! The rest of the API says *what* went wrong with an [`ApiError`] variant; only this file
+//! decides the status, OpenAI's error `type` and the machine-readable `code` of each.
+
+use std::time::Duration;
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::chat::tools::{ArgumentsError, ReplyError, ToolError};
 use crate::engine::EngineError;
 
+/// Why a request is refused as it stands (a 400); each kind has its own `code`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A value out of range or of a kind this server does not support (no code).
+    Value,
+    /// A list or string over a documented limit (`limit_exceeded`).
+    Limit,
+    /// A schema over the complexity limits (`schema_too_complex`).
+    SchemaTooComplex,
+    /// Content of a kind this server has no backend for (`unsupported_content_type`).
+    UnsupportedContent,
+    /// A `tool_choice` of no known shape (`invalid_tool_choice`).
+    ToolChoice,
+    /// A `response_format` schema that cannot be used (`invalid_response_format`).
+    ResponseFormat,
+    /// A body that is not JSON, or JSON of the wrong shape (`invalid_json`).
+    Json,
+}
+
+/// The model's output broke a schema the grammar could not fully enforce.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OutputError {
+    /// The reply stopped inside a call (a call is never returned half written as "stop").
+    #[error("the reply stopped inside a call to {name:?} (arguments so far: {arguments})")]
+    CutCall {
+        /// The function called.
+        name: String,
+        /// The arguments written so far.
+        arguments: String,
+    },
+    /// A finished call's arguments are not usable.
+    #[error(transparent)]
+    Arguments(#[from] ArgumentsError),
+    /// A JSON reply does not match its `response_format`.
+    #[error(transparent)]
+    Reply(#[from] ReplyError),
+}
+
 /// An error answered as `{"error":{"message","type","param","code"}}`.
-#[derive(Debug, Clone)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// Human-readable explanation.
-    pub message: String,
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// The request is refused; `param` names the field at fault when there is one.
+    #[error("{message}")]
+    Refused {
+        /// What kind of refusal.
+        refusal: Refusal,
+        /// The request field at fault, as a path (`messages[0].content`).
+        param: Option<String>,
+        /// Human-readable explanation.
+        message: String,
+    },
+    /// The tools, `tool_choice` or `response_format` cannot be used.
+    #[error(transparent)]
+    Tools(#[from] ToolError),
+    /// The body did not arrive within the body timeout.
+    #[error("the request body did not arrive within {} s", .0.as_secs_f32())]
+    BodyTimeout(Duration),
+    /// The body is larger than the server accepts.
+    #[error("request body too large")]
+    BodyTooLarge,
+    /// The body could not be read (the connection failed mid-body).
+    #[error("could not read the request body: {0}")]
+    BodyUnreadable(String),
+    /// Every permit of one stage is taken; the text says which (`"read"`, `"prepared"`).
+    #[error("server busy: too many requests are being {0}")]
+    Busy(&'static str),
+    /// Turning the request into an engine job took longer than this.
+    #[error("preparing this request took longer than {} s; simplify its tool or response_format schemas", .0.as_secs())]
+    PrepareTimeout(Duration),
+    /// The engine refused or failed the request.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The engine's events ended without `Finished` or `Failed`.
+    #[error("the inference thread stopped unexpectedly")]
+    EngineStopped,
+    /// The model's output is no valid answer.
+    #[error(transparent)]
+    ModelOutput(#[from] OutputError),
+    /// Something in the server itself failed.
+    #[error("{0}")]
+    Internal(String),
+    /// No route has this path.
+    #[error("unknown endpoint")]
+    NotFound,
+    /// The route has no handler for this method.
+    #[error("method not allowed on this endpoint")]
+    MethodNotAllowed,
+}
+
+impl ApiError {
+    /// A 400 about a bad value of the field `param`.
+    pub(crate) fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::refused(Refusal::Value, param, message)
+    }
+
+    /// A 400 of kind `refusal` about the field `param`.
+    pub(crate) fn refused(refusal: Refusal, param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Refused { refusal, param: Some(param.into()), message: message.into() }
+    }
+
+    /// A body that is not JSON of the expected shape; `param` is the path at fault, if any.
+    pub(crate) fn json(param: Option<String>, message: impl Into<String>) -> Self {
+        Self::Refused { refusal: Refusal::Json, param, message: message.into() }
+    }
+
+    /// The status and `code` of this error: the one mapping of the API.
+    fn status_and_code(&self) -> (StatusCode, Option<&'static str>) {
+        match self {
+            Self::Refused { refusal, .. } => (
+                StatusCode::BAD_REQUEST,
+                match refusal {
+                    Refusal::Value => None,
+                    Refusal::Limit => Some("limit_exceeded"),
+                    Refusal::SchemaTooComplex => Some("schema_too_complex"),
+                    Refusal::UnsupportedContent => Some("unsupported_content_type"),
+                    Refusal::ToolChoice => Some("invalid_tool_choice"),
+                    Refusal::ResponseFormat => Some("invalid_response_format"),
+                    Refusal::Json => Some("invalid_json"),
+                },
+            ),
+            Self::Tools(error) => (
+                StatusCode::BAD_REQUEST,
+                Some(match error {
+                    ToolError::UnknownChoice(_) | ToolError::ChoiceWithoutTools(_) => "invalid_tool_choice",
+                    ToolError::UnusableOutputSchema(_) => "invalid_response_format",
+                    _ => "invalid_tools",
+                }),
+            ),
+            Self::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, Some("body_timeout")),
+            Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, None),
+            Self::BodyUnreadable(_) => (StatusCode::BAD_REQUEST, None),
+            Self::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, Some("queue_full")),
+            Self::PrepareTimeout(_) => (StatusCode::BAD_REQUEST, Some("schema_too_complex")),
+            Self::Engine(error) => engine_status_and_code(error),
+            Self::EngineStopped | Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, None),
+            // The request was valid; the model's output was not.
+            Self::ModelOutput(_) => (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_model_output")),
+            Self::NotFound => (StatusCode::NOT_FOUND, Some("not_found")),
+            Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, None),
+        }
+    }
+
+    /// The HTTP status.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        self.status_and_code().0
+    }
+
+    /// The stable machine-readable `code`.
+    #[must_use]
+    pub fn code(&self) -> Option<&'static str> {
+        self.status_and_code().1
+    }
+
     /// The request field at fault, as a path (`messages[0].content`).
-    pub param: Option<String>,
-    /// A stable machine-readable code.
-    pub code: Option<&'static str>,
+    #[must_use]
+    pub fn param(&self) -> Option<String> {
+        match self {
+            Self::Refused { param, .. } => param.clone(),
+            Self::Tools(error) => Some(error.param()),
+            Self::Engine(EngineError::ContextOverflow { .. } | EngineError::PromptRunTooLong { .. }) => {
+                Some("messages".to_string())
+            }
+            _ => None,
+        }
+    }
+
+    /// OpenAI's `type` for this error's status.
+    fn kind(status: StatusCode) -> &'static str {
+        match status {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            StatusCode::SERVICE_UNAVAILABLE => "unavailable_error",
+            s if s.is_server_error() => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The envelope as JSON text (also used for SSE error events).
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        let (status, code) = self.status_and_code();
+        let message = self.to_string();
+        let param = self.param();
+        let envelope =
+            Envelope { error: Body { message: &message, kind: Self::kind(status), param: param.as_deref(), code } };
+        serde_json::to_string(&envelope).unwrap_or_default()
+    }
+}
+
+/// Statuses of engine errors: the request's fault (400), the model's (422) or the server's
+/// state (503, 500).
+fn engine_status_and_code(error: &EngineError) -> (StatusCode, Option<&'static str>) {
+    let (status, code) = match error {
+        EngineError::Template(_) => (StatusCode::BAD_REQUEST, "template_error"),
+        EngineError::ContextOverflow { .. } => (StatusCode::BAD_REQUEST, "context_length_exceeded"),
+        EngineError::EmptyPrompt => (StatusCode::BAD_REQUEST, "empty_prompt"),
+        EngineError::InvalidToken { .. } => (StatusCode::BAD_REQUEST, "invalid_token"),
+        EngineError::PromptRunTooLong { .. } => (StatusCode::BAD_REQUEST, "prompt_run_too_long"),
+        EngineError::InvalidGrammar(_) => (StatusCode::BAD_REQUEST, "invalid_grammar"),
+        // The request was valid; the model could not produce output the grammar allows.
+        EngineError::GrammarDeadEnd(_) => (StatusCode::UNPROCESSABLE_ENTITY, "constrained_generation_failed"),
+        EngineError::Loading => (StatusCode::SERVICE_UNAVAILABLE, "model_loading"),
+        EngineError::QueueFull { .. } => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
+        EngineError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+    };
+    (status, Some(code))
 }
 
 #[derive(Serialize)]
@@ -33,79 +238,16 @@ struct Body<'a> {
     code: Option<&'static str>,
 }
 
-impl ApiError {
-    /// A 400 about the field `param`.
-    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { status: StatusCode::BAD_REQUEST, message: message.into(), param: Some(param.into()), code: None }
-    }
-
-    /// A 400 not tied to one field.
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        Self { status: StatusCode::BAD_REQUEST, message: message.into(), param: None, code: None }
-    }
-
-    /// Any status, no field.
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, message: message.into(), param: None, code: None }
-    }
-
-    /// Sets the machine-readable code.
-    #[must_use]
-    pub fn with_code(mut self, code: &'static str) -> Self {
-        self.code = Some(code);
-        self
-    }
-
-    /// OpenAI's `type` for this status.
-    fn kind(&self) -> &'static str {
-        match self.status {
-            StatusCode::UNAUTHORIZED => "authentication_error",
-            StatusCode::NOT_FOUND => "not_found_error",
-            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
-            StatusCode::SERVICE_UNAVAILABLE => "unavailable_error",
-            s if s.is_server_error() => "server_error",
-            _ => "invalid_request_error",
-        }
-    }
-
-    /// The envelope as JSON text (also used for SSE error events).
-    pub fn to_json(&self) -> String {
-        let envelope = Envelope {
-            error: Body { message: &self.message, kind: self.kind(), param: self.param.as_deref(), code: self.code },
-        };
-        serde_json::to_string(&envelope).unwrap_or_default()
-    }
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, [(header::CONTENT_TYPE, "application/json")], self.to_json()).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        let status = self.status();
+        let mut response = (status, [(header::CONTENT_TYPE, "application/json")], self.to_json()).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         }
         response
     }
 }
 
-impl From<EngineError> for ApiError {
-    fn from(error: EngineError) -> Self {
-        let message = error.to_string();
-        let (status, code) = match &error {
-            EngineError::Template(_) => (StatusCode::BAD_REQUEST, "template_error"),
-            EngineError::ContextOverflow { .. } => (StatusCode::BAD_REQUEST, "context_length_exceeded"),
-            EngineError::EmptyPrompt => (StatusCode::BAD_REQUEST, "empty_prompt"),
-            EngineError::InvalidToken { .. } => (StatusCode::BAD_REQUEST, "invalid_token"),
-            EngineError::PromptRunTooLong { .. } => (StatusCode::BAD_REQUEST, "prompt_run_too_long"),
-            EngineError::InvalidGrammar(_) => (StatusCode::BAD_REQUEST, "invalid_grammar"),
-            // The request was valid; the model could not produce output the grammar allows.
-            EngineError::GrammarDeadEnd(_) => (StatusCode::UNPROCESSABLE_ENTITY, "constrained_generation_failed"),
-            EngineError::Loading => (StatusCode::SERVICE_UNAVAILABLE, "model_loading"),
-            EngineError::QueueFull { .. } => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
-            EngineError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
-            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
-        };
-        let param = matches!(error, EngineError::ContextOverflow { .. } | EngineError::PromptRunTooLong { .. })
-            .then(|| "messages".to_string());
-        Self { status, message, param, code: Some(code) }
-    }
-}
+#[cfg(test)]
+mod tests;

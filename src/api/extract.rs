@@ -16,21 +16,14 @@ pub(crate) async fn read_json<T: DeserializeOwned>(request: Request, timeout: Du
     let bytes = match tokio::time::timeout(timeout, Bytes::from_request(request, &())).await {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(rejection)) => {
-            let status = rejection.status();
-            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                "request body too large".to_string()
+            // axum's only body rejections: over the length limit, or a failed read.
+            return Err(if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::BodyTooLarge
             } else {
-                format!("could not read the request body: {rejection}")
-            };
-            return Err(ApiError::new(status, message));
+                ApiError::BodyUnreadable(rejection.to_string())
+            });
         }
-        Err(_) => {
-            return Err(ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                format!("the request body did not arrive within {} s", timeout.as_secs_f32()),
-            )
-            .with_code("body_timeout"))
-        }
+        Err(_) => return Err(ApiError::BodyTimeout(timeout)),
     };
     parse_json(&bytes)
 }
@@ -38,14 +31,11 @@ pub(crate) async fn read_json<T: DeserializeOwned>(request: Request, timeout: Du
 /// Parses a request body, reporting the path of the field at fault.
 pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(
-            ApiError::bad_request("the request body is empty; expected a JSON object").with_code("invalid_json")
-        );
+        return Err(ApiError::json(None, "the request body is empty; expected a JSON object"));
     }
     // Reject bad UTF-8 anywhere, even inside fields that are otherwise ignored.
-    std::str::from_utf8(bytes).map_err(|e| {
-        ApiError::bad_request(format!("the request body is not valid UTF-8 ({e})")).with_code("invalid_json")
-    })?;
+    std::str::from_utf8(bytes)
+        .map_err(|e| ApiError::json(None, format!("the request body is not valid UTF-8 ({e})")))?;
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();
@@ -54,12 +44,9 @@ pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
             serde_json::error::Category::Data => format!("invalid value for '{path}': {inner}"),
             _ => format!("invalid JSON in the request body: {inner}"),
         };
-        let param = (path != ".").then_some(path);
-        ApiError { param, ..ApiError::bad_request(message).with_code("invalid_json") }
+        ApiError::json((path != ".").then_some(path), message)
     })?;
-    deserializer.end().map_err(|e| {
-        ApiError::bad_request(format!("invalid JSON in the request body: {e}")).with_code("invalid_json")
-    })?;
+    deserializer.end().map_err(|e| ApiError::json(None, format!("invalid JSON in the request body: {e}")))?;
     Ok(value)
 }
 
@@ -77,8 +64,8 @@ mod tests {
     #[test]
     fn wrong_type_names_the_field() {
         let err = parse_json::<Body>(br#"{"n": "two"}"#).expect_err("wrong type");
-        assert_eq!(err.param.as_deref(), Some("n"));
-        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert_eq!(err.param().as_deref(), Some("n"));
+        assert_eq!((err.status(), err.code()), (StatusCode::BAD_REQUEST, Some("invalid_json")));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use super::error::ApiError;
+use super::error::{ApiError, Refusal};
 
 /// Most stop strings (OpenAI's limit).
 pub(crate) const MAX_STOP_STRINGS: usize = 4;
@@ -51,18 +51,18 @@ pub(crate) fn check_stops(stops: &[String]) -> Result<(), ApiError> {
         return Err(too_many("stop", "stop strings", stops.len(), MAX_STOP_STRINGS));
     }
     if let Some(long) = stops.iter().find(|s| s.len() > MAX_STOP_BYTES) {
-        return Err(ApiError::invalid(
+        return Err(ApiError::refused(
+            Refusal::Limit,
             "stop",
             format!("a stop string may be at most {MAX_STOP_BYTES} bytes long, got {}", long.len()),
-        )
-        .with_code("limit_exceeded"));
+        ));
     }
     Ok(())
 }
 
 /// A 400 for a list longer than its limit.
 pub(crate) fn too_many(param: &str, what: &str, got: usize, max: usize) -> ApiError {
-    ApiError::invalid(param, format!("at most {max} {what} are accepted, got {got}")).with_code("limit_exceeded")
+    ApiError::refused(Refusal::Limit, param, format!("at most {max} {what} are accepted, got {got}"))
 }
 
 /// Checks a JSON schema against the [`schema`] limits before it reaches the grammar converter.
@@ -80,7 +80,7 @@ pub(crate) fn check_schema(param: &str, value: &Value) -> Result<(), ApiError> {
 }
 
 fn schema_limit(param: &str, reason: String) -> ApiError {
-    ApiError::invalid(param, format!("schema too complex: {reason}")).with_code("schema_too_complex")
+    ApiError::refused(Refusal::SchemaTooComplex, param, format!("schema too complex: {reason}"))
 }
 
 /// Counts what a schema holds while walking it.
@@ -230,16 +230,16 @@ mod tests {
         ];
         for (schema, expected) in cases {
             let error = check_schema("response_format.json_schema.schema", &schema).expect_err(expected);
-            assert!(error.message.contains(expected), "{expected}: {}", error.message);
-            assert_eq!(error.param.as_deref(), Some("response_format.json_schema.schema"));
-            assert_eq!(error.code, Some("schema_too_complex"));
+            assert!(error.to_string().contains(expected), "{expected}: {error}");
+            assert_eq!(error.param().as_deref(), Some("response_format.json_schema.schema"));
+            assert_eq!(error.code(), Some("schema_too_complex"));
         }
     }
 
     #[test]
     fn stop_lists_are_bounded() {
         assert!(check_stops(&vec!["a".to_string(); 4]).is_ok());
-        assert!(check_stops(&vec!["a".to_string(); 5]).expect_err("five").message.contains("at most 4"));
+        assert!(check_stops(&vec!["a".to_string(); 5]).expect_err("five").to_string().contains("at most 4"));
         assert!(check_stops(&["x".repeat(300)]).is_err());
     }
 }

@@ -1,21 +1,25 @@
-//! The OpenAI-compatible HTTP API. Talks to the engine only through [`Engine`]; never to
-//! llama.cpp.
+//! The OpenAI-compatible HTTP API. Talks to the engine only through [`Engine`]'s handle
+//! (behind a small trait, so the handlers are tested without a model); never to llama.cpp.
 
 mod answer;
+mod backend;
 mod chat;
 mod convert;
 mod error;
 mod extract;
+mod frame;
 mod limits;
 mod models;
 mod wire;
+
+#[cfg(test)]
+mod tests;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -24,9 +28,10 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-pub use error::ApiError;
+pub use error::{ApiError, OutputError, Refusal};
 
 use crate::Engine;
+use backend::Backend;
 
 /// Largest request body accepted (long conversations with big system prompts fit easily).
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -61,7 +66,7 @@ impl Default for ServeOptions {
 }
 
 struct AppState {
-    engine: Engine,
+    engine: Arc<dyn Backend>,
     started_at: u64,
     body_timeout: Duration,
     /// Permits to read and validate a body ([`CONCURRENT_BODIES`]).
@@ -77,10 +82,10 @@ fn unix_now() -> u64 {
 
 /// The API's routes over an engine, with the default [`ServeOptions`].
 pub fn router(engine: Engine) -> Router {
-    router_with(engine, &ServeOptions::default())
+    router_with(Arc::new(engine), &ServeOptions::default())
 }
 
-fn router_with(engine: Engine, options: &ServeOptions) -> Router {
+fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
     let state = Arc::new(AppState {
         engine,
         started_at: unix_now(),
@@ -94,10 +99,8 @@ fn router_with(engine: Engine, options: &ServeOptions) -> Router {
         .route("/v1/models", get(models::list_models))
         .route("/models", get(models::list_models))
         .route("/health", get(models::health))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "unknown endpoint").with_code("not_found") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
-        })
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -127,7 +130,7 @@ pub async fn serve_with(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router_with(engine, &options);
+    let app = router_with(Arc::new(engine), &options);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(options.header_timeout);
     let graceful = GracefulShutdown::new();

@@ -36,6 +36,6 @@ pub(super) async fn list_models(State(state): State<Arc<AppState>>) -> Result<Js
 pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
     match state.engine.model_info() {
         Ok(_) => Json(serde_json::json!({"status": "ok"})).into_response(),
-        Err(e) => ApiError::from(e).into_response(),
+        Err(e) => ApiError::Engine(e).into_response(),
     }
 }

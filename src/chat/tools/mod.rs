@@ -21,4 +21,4 @@ pub use format::ToolFormat;
 pub use grammar::request_grammar;
 pub use parser::{ParsedCall, ParsedPiece, ToolCallParser};
 pub use prompt::prepare_messages;
-pub use toolset::{OutputSchema, ToolChoice, ToolDefinition, ToolError, ToolSet};
+pub use toolset::{ArgumentsError, OutputSchema, ReplyError, ToolChoice, ToolDefinition, ToolError, ToolSet};

@@ -180,20 +180,71 @@ impl ToolSet {
     /// Parses and validates a call's arguments against the tool's schema.
     ///
     /// # Errors
-    /// A readable reason: unknown function, not JSON, or the first schema violation.
-    pub fn check_arguments(&self, name: &str, arguments: &str) -> Result<Value, String> {
+    /// An unknown function, arguments that are not JSON, or the first schema violation.
+    pub fn check_arguments(&self, name: &str, arguments: &str) -> Result<Value, ArgumentsError> {
         let tool = self
             .tools
             .iter()
             .find(|t| t.spec.name == name)
-            .ok_or_else(|| format!("the model called {name:?}, which is not among the tools"))?;
-        let value: Value = serde_json::from_str(arguments)
-            .map_err(|e| format!("the arguments of {name:?} are not valid JSON ({e}): {arguments}"))?;
+            .ok_or_else(|| ArgumentsError::UnknownTool { name: name.to_string() })?;
+        let value: Value = serde_json::from_str(arguments).map_err(|e| ArgumentsError::NotJson {
+            name: name.to_string(),
+            reason: e.to_string(),
+            arguments: arguments.to_string(),
+        })?;
         tool.validator
             .validate(&value)
-            .map_err(|e| format!("the arguments of {name:?} do not match its schema: {e}"))?;
+            .map_err(|e| ArgumentsError::SchemaMismatch { name: name.to_string(), reason: e.to_string() })?;
         Ok(value)
     }
+}
+
+/// Why a call's arguments are not usable ([`ToolSet::check_arguments`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArgumentsError {
+    /// The model called a function that is not among the tools.
+    #[error("the model called {name:?}, which is not among the tools")]
+    UnknownTool {
+        /// The function called.
+        name: String,
+    },
+    /// The arguments do not parse as JSON.
+    #[error("the arguments of {name:?} are not valid JSON ({reason}): {arguments}")]
+    NotJson {
+        /// The function called.
+        name: String,
+        /// The parser's complaint.
+        reason: String,
+        /// The arguments as written.
+        arguments: String,
+    },
+    /// The arguments break the tool's parameters schema.
+    #[error("the arguments of {name:?} do not match its schema: {reason}")]
+    SchemaMismatch {
+        /// The function called.
+        name: String,
+        /// The first violation.
+        reason: String,
+    },
+}
+
+/// Why a reply is not the JSON its `response_format` asks for ([`OutputSchema::check`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyError {
+    /// The reply does not parse as JSON.
+    #[error("the reply is not valid JSON ({reason}): {text}")]
+    NotJson {
+        /// The parser's complaint.
+        reason: String,
+        /// The reply.
+        text: String,
+    },
+    /// The reply breaks the schema.
+    #[error("the reply does not match the response_format schema: {reason}")]
+    SchemaMismatch {
+        /// The first violation.
+        reason: String,
+    },
 }
 
 /// A JSON Schema the whole reply must match (`response_format`).
@@ -223,12 +274,10 @@ impl OutputSchema {
     ///
     /// # Errors
     /// Why the text is not JSON or does not match the schema.
-    pub fn check(&self, text: &str) -> Result<Value, String> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| format!("the reply is not valid JSON ({e}): {text}"))?;
-        self.validator
-            .validate(&value)
-            .map_err(|e| format!("the reply does not match the response_format schema: {e}"))?;
+    pub fn check(&self, text: &str) -> Result<Value, ReplyError> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| ReplyError::NotJson { reason: e.to_string(), text: text.to_string() })?;
+        self.validator.validate(&value).map_err(|e| ReplyError::SchemaMismatch { reason: e.to_string() })?;
         Ok(value)
     }
 }
@@ -290,9 +339,15 @@ mod tests {
         let tools = ToolSet::new(vec![weather()]).expect("valid");
         assert!(tools.check_arguments("get_weather", r#"{"city": "Paris", "unit": "celsius"}"#).is_ok());
         let wrong_enum = tools.check_arguments("get_weather", r#"{"city": "Paris", "unit": "kelvin"}"#);
-        assert!(wrong_enum.expect_err("enum").contains("do not match"));
-        assert!(tools.check_arguments("get_weather", r#"{"city": "Paris""#).is_err());
-        assert!(tools.check_arguments("set_timer", "{}").is_err());
+        let wrong_enum = wrong_enum.expect_err("enum");
+        assert!(matches!(wrong_enum, ArgumentsError::SchemaMismatch { .. }), "{wrong_enum}");
+        assert!(wrong_enum.to_string().contains("do not match"), "{wrong_enum}");
+        let cut = tools.check_arguments("get_weather", r#"{"city": "Paris""#).expect_err("not JSON");
+        assert!(matches!(cut, ArgumentsError::NotJson { .. }), "{cut}");
+        assert_eq!(
+            tools.check_arguments("set_timer", "{}"),
+            Err(ArgumentsError::UnknownTool { name: "set_timer".into() })
+        );
     }
 
     #[test]
@@ -322,7 +377,9 @@ mod tests {
             OutputSchema::new(&json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
                 .expect("usable");
         assert!(schema.check(r#"{"n": 3}"#).is_ok());
-        assert!(schema.check(r#"{"n": "3"}"#).is_err());
-        assert!(schema.check("three").is_err());
+        let wrong_type = schema.check(r#"{"n": "3"}"#).expect_err("a string");
+        assert!(matches!(wrong_type, ReplyError::SchemaMismatch { .. }), "{wrong_type}");
+        let prose = schema.check("three").expect_err("not JSON");
+        assert!(matches!(prose, ReplyError::NotJson { .. }), "{prose}");
     }
 }

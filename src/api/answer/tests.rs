@@ -1,0 +1,133 @@
+//! The shaper on scripted model output: plain text, streamed and held calls, repeated calls
+//! cut, and the replies that are no answer (422).
+
+use super::*;
+use crate::api::tests::{call_text, calls_plan, text_plan};
+use crate::chat::tools::{ArgumentsError, ReplyError};
+
+/// Indexes of the calls that `deltas` start (their first delta carries the name).
+fn started_calls(deltas: &[Delta]) -> Vec<usize> {
+    deltas
+        .iter()
+        .filter_map(|d| d.tool_calls.as_ref())
+        .filter(|[call]| call.function.name.is_some())
+        .map(|[call]| call.index)
+        .collect()
+}
+
+fn content(deltas: &[Delta]) -> String {
+    deltas.iter().filter_map(|d| d.content.as_deref()).collect()
+}
+
+#[test]
+fn plain_text_passes_through_as_content() {
+    let mut shaper = AnswerShaper::new(text_plan(None));
+    let shaped = shaper.text("Hello".into());
+    assert_eq!((content(&shaped.deltas), shaped.done), ("Hello".to_string(), false));
+    assert!(shaper.text(String::new()).deltas.is_empty(), "empty text sends nothing");
+    let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+    assert_eq!((ending.finish_reason, ending.content.as_deref()), ("stop", Some("Hello")));
+    assert!(ending.calls.is_empty());
+}
+
+#[test]
+fn a_call_streams_its_name_then_its_arguments() {
+    let mut shaper = AnswerShaper::new(calls_plan());
+    let shaped = shaper.text(format!("Sure. {}", call_text("set_timer", "{\"minutes\": 2}")));
+    assert_eq!(content(&shaped.deltas), "Sure. ");
+    assert_eq!(started_calls(&shaped.deltas), [0]);
+    let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+    assert_eq!((ending.finish_reason, ending.content.as_deref()), ("tool_calls", Some("Sure. ")));
+    assert_eq!(ending.calls[0].function.arguments, "{\"minutes\": 2}");
+    assert!(ending.calls[0].id.starts_with("call_"), "{}", ending.calls[0].id);
+}
+
+#[test]
+fn a_repeated_call_is_dropped_and_ends_the_reply() {
+    let mut shaper = AnswerShaper::new(calls_plan());
+    let first = shaper.text(call_text("set_timer", "{\"minutes\": 2}"));
+    assert!(!first.done);
+    // The same arguments written with other spacing are the same call.
+    let repeat = shaper.text(format!("\n{}", call_text("set_timer", "{\"minutes\":2}")));
+    assert!(repeat.done, "a repetition ends generation");
+    assert!(started_calls(&repeat.deltas).is_empty(), "the repetition is never sent");
+    assert!(shaper.text(call_text("set_timer", "{\"minutes\": 9}")).deltas.is_empty(), "nothing after the cut");
+    let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+    assert_eq!((ending.finish_reason, ending.calls.len()), ("tool_calls", 1));
+}
+
+#[test]
+fn a_second_call_to_a_function_is_held_until_complete_then_sent() {
+    let mut shaper = AnswerShaper::new(calls_plan());
+    let _ = shaper.text(call_text("set_timer", "{\"minutes\": 2}"));
+    let second = call_text("set_timer", "{\"minutes\": 3}");
+    let (opening, rest) = second.split_at(second.find("3").expect("the argument"));
+    let held = shaper.text(format!("\n{opening}"));
+    assert!(held.deltas.iter().all(|d| d.tool_calls.is_none()), "held while it may be a repeat");
+    let released = shaper.text(rest.to_string());
+    assert_eq!((started_calls(&released.deltas), released.done), (vec![1], false));
+    let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+    let arguments: Vec<&str> = ending.calls.iter().map(|c| c.function.arguments.as_str()).collect();
+    assert_eq!(arguments, ["{\"minutes\": 2}", "{\"minutes\": 3}"]);
+    assert_ne!(ending.calls[0].id, ending.calls[1].id);
+}
+
+#[test]
+fn a_held_call_cut_by_the_end_of_the_reply_is_sent_at_the_finish() {
+    let mut shaper = AnswerShaper::new(calls_plan());
+    let _ = shaper.text(call_text("set_timer", "{\"minutes\": 2}"));
+    let second = shaper.text("\n<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"minutes\": 3".into());
+    assert!(started_calls(&second.deltas).is_empty());
+    let ending = shaper.finish(FinishReason::Length).expect("an answer at the token limit");
+    assert_eq!(started_calls(&ending.deltas), [1]);
+    assert_eq!((ending.finish_reason, ending.calls.len()), ("length", 2));
+}
+
+#[test]
+fn a_call_cut_by_a_stop_is_refused_not_returned() {
+    let mut shaper = AnswerShaper::new(calls_plan());
+    let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"argu".into());
+    let error = shaper.finish(FinishReason::Stop).err().expect("a cut call is no answer");
+    assert!(matches!(&error, OutputError::CutCall { name, .. } if name == "set_timer"), "{error}");
+    // At the token limit the cut call is reported as such, with finish_reason "length".
+    let mut shaper = AnswerShaper::new(calls_plan());
+    let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"min".into());
+    let ending = shaper.finish(FinishReason::Length).expect("an answer");
+    assert_eq!((ending.finish_reason, ending.calls.len()), ("length", 1));
+}
+
+#[test]
+fn arguments_that_break_the_schema_are_refused() {
+    let mut shaper = AnswerShaper::new(calls_plan());
+    let _ = shaper.text(call_text("set_timer", "{\"minutes\": \"two\"}"));
+    let error = shaper.finish(FinishReason::Stop).err().expect("a string is no integer");
+    assert!(matches!(error, OutputError::Arguments(ArgumentsError::SchemaMismatch { .. })), "{error}");
+}
+
+#[test]
+fn a_json_reply_must_match_the_response_format() {
+    let schema = serde_json::json!({"type": "object", "required": ["n"]});
+    let reply = |text: &str, reason| {
+        let mut shaper = AnswerShaper::new(text_plan(Some(schema.clone())));
+        let _ = shaper.text(text.into());
+        shaper.finish(reason)
+    };
+    assert!(matches!(
+        reply("{\"m\": 1}", FinishReason::Stop),
+        Err(OutputError::Reply(ReplyError::SchemaMismatch { .. }))
+    ));
+    assert!(matches!(reply("{\"n\": ", FinishReason::Stop), Err(OutputError::Reply(ReplyError::NotJson { .. }))));
+    assert_eq!(reply("{\"n\": 1}", FinishReason::Stop).expect("a match").finish_reason, "stop");
+    // Cut by the token limit, the reply is returned as it is.
+    assert_eq!(reply("{\"n\": ", FinishReason::Length).expect("cut").finish_reason, "length");
+}
+
+#[test]
+fn a_json_object_opening_an_auto_reply_is_a_call() {
+    let mut shaper = AnswerShaper::new(calls_plan());
+    let shaped = shaper.text(" {\"name\": \"set_timer\", \"arguments\": {\"minutes\": 2}}".into());
+    assert!(shaped.deltas.iter().all(|d| d.content.is_none()), "no content");
+    let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+    assert_eq!((ending.finish_reason, ending.content), ("tool_calls", None));
+    assert_eq!(ending.calls[0].function.arguments, "{\"minutes\": 2}");
+}

@@ -1,0 +1,61 @@
+//! What the API needs from an engine, as a trait: the handlers run against [`crate::Engine`]
+//! in production and against a scripted fake in unit tests, without a model.
+
+use futures_util::future::BoxFuture;
+
+use crate::engine::{EngineError, Event, Generation, GenerationRequest, ModelInfo};
+use crate::Engine;
+
+/// The engine as the handlers use it.
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// Facts about the loaded model.
+    ///
+    /// # Errors
+    /// [`EngineError::Loading`] while the model loads, or its load failure.
+    fn model_info(&self) -> Result<ModelInfo, EngineError>;
+
+    /// Fails as a submission now would for lack of room.
+    ///
+    /// # Errors
+    /// [`EngineError::QueueFull`] or [`EngineError::ShuttingDown`].
+    fn ensure_room(&self) -> Result<(), EngineError>;
+
+    /// Queues a request; its events arrive on the returned source.
+    ///
+    /// # Errors
+    /// Not loaded, shutting down, queue full, or the chat template rejected the messages.
+    fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError>;
+}
+
+/// The events of one submitted request. Dropping it cancels the generation.
+pub(crate) trait EventSource: Send {
+    /// The next event; `None` after `Finished` or `Failed`.
+    fn next(&mut self) -> BoxFuture<'_, Option<Event>>;
+
+    /// Ends generation at the next token as if the model had stopped (`Finished` still comes).
+    fn finish_now(&self);
+}
+
+impl Backend for Engine {
+    fn model_info(&self) -> Result<ModelInfo, EngineError> {
+        Engine::model_info(self)
+    }
+
+    fn ensure_room(&self) -> Result<(), EngineError> {
+        Engine::ensure_room(self)
+    }
+
+    fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError> {
+        Ok(Box::new(Engine::submit(self, request)?))
+    }
+}
+
+impl EventSource for Generation {
+    fn next(&mut self) -> BoxFuture<'_, Option<Event>> {
+        Box::pin(Generation::next(self))
+    }
+
+    fn finish_now(&self) {
+        Generation::finish_now(self);
+    }
+}

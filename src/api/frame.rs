@@ -1,0 +1,183 @@
+//! Engine events framed as OpenAI responses: the non-streaming body, and the stream's SSE
+//! payloads as a pure state machine (no I/O: push an event, get the `data:` payloads to send).
+
+use super::answer::{AnswerShaper, Ending};
+use super::error::ApiError;
+use super::wire::{
+    ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta, PromptTokensDetails, ResponseMessage, WireTimings,
+    WireUsage,
+};
+use crate::engine::{Event, Timings, Usage};
+
+/// Sent as `system_fingerprint`: identifies the server build.
+const FINGERPRINT: &str = concat!("firstword-", env!("CARGO_PKG_VERSION"));
+
+/// The payload that ends every stream.
+pub(super) const DONE: &str = "[DONE]";
+
+fn wire_usage(usage: Usage) -> WireUsage {
+    WireUsage {
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+        total_tokens: usage.prompt_tokens + usage.completion_tokens,
+        prompt_tokens_details: PromptTokensDetails { cached_tokens: usage.cached_tokens },
+    }
+}
+
+fn wire_timings(usage: Usage, timings: Timings) -> WireTimings {
+    let prompt_n = usage.prompt_tokens - usage.cached_tokens;
+    let prompt_ms = timings.prompt.as_secs_f64() * 1e3;
+    let predicted_ms = timings.generation.as_secs_f64() * 1e3;
+    let per =
+        |n: u32, ms: f64| if n == 0 { (0.0, 0.0) } else { (ms / f64::from(n), f64::from(n) * 1e3 / ms.max(1e-9)) };
+    let (prompt_per_token_ms, prompt_per_second) = per(prompt_n, prompt_ms);
+    let (predicted_per_token_ms, predicted_per_second) = per(usage.completion_tokens, predicted_ms);
+    WireTimings {
+        cache_n: usage.cached_tokens,
+        prompt_n,
+        prompt_ms,
+        prompt_per_token_ms,
+        prompt_per_second,
+        predicted_n: usage.completion_tokens,
+        predicted_ms,
+        predicted_per_token_ms,
+        predicted_per_second,
+        draft_n: timings.draft.map(|d| d.drafted),
+        draft_n_accepted: timings.draft.map(|d| d.accepted),
+    }
+}
+
+/// What every response and chunk of one answer shares.
+pub(super) struct ResponseMeta {
+    /// `chatcmpl-…`.
+    pub id: String,
+    /// The model name answered with.
+    pub model: String,
+    /// Unix seconds.
+    pub created: u64,
+}
+
+impl ResponseMeta {
+    fn chunk(&self, choices: Vec<ChunkChoice>) -> ChatCompletionChunk<'_> {
+        ChatCompletionChunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            system_fingerprint: FINGERPRINT,
+            choices,
+            usage: None,
+            timings: None,
+        }
+    }
+
+    fn delta_chunk(&self, delta: Delta, finish_reason: Option<&'static str>) -> ChatCompletionChunk<'_> {
+        self.chunk(vec![ChunkChoice { index: 0, delta, finish_reason, logprobs: None }])
+    }
+
+    /// The non-streaming body of a finished reply.
+    pub(super) fn completion(&self, ending: Ending, usage: Usage, timings: Timings) -> ChatCompletion<'_> {
+        ChatCompletion {
+            id: &self.id,
+            object: "chat.completion",
+            created: self.created,
+            model: &self.model,
+            system_fingerprint: FINGERPRINT,
+            choices: [Choice {
+                index: 0,
+                message: ResponseMessage { role: "assistant", content: ending.content, tool_calls: ending.calls },
+                finish_reason: ending.finish_reason,
+                logprobs: None,
+            }],
+            usage: wire_usage(usage),
+            timings: wire_timings(usage, timings),
+        }
+    }
+}
+
+fn json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// What one engine event became in the stream.
+#[derive(Debug, Default)]
+pub(super) struct Frames {
+    /// `data:` payloads to send, in order.
+    pub data: Vec<String>,
+    /// The reply is complete: generation should end now.
+    pub finish_now: bool,
+    /// The stream is over: the last payload is [`DONE`] and no event is read after it.
+    pub done: bool,
+}
+
+/// The SSE stream of one answer: the role chunk, content and call deltas, the finish chunk
+/// (with usage when asked), and `[DONE]`. A failure after the stream opened (the status is
+/// already 200) is sent as an error envelope before `[DONE]`.
+pub(super) struct SseFramer {
+    meta: ResponseMeta,
+    /// `None` once the reply has ended.
+    shaper: Option<AnswerShaper>,
+    include_usage: bool,
+}
+
+impl SseFramer {
+    /// A stream of `shaper`'s reply; `include_usage` adds a usage chunk before `[DONE]`.
+    pub(super) fn new(meta: ResponseMeta, shaper: AnswerShaper, include_usage: bool) -> Self {
+        Self { meta, shaper: Some(shaper), include_usage }
+    }
+
+    /// The first payload: the role, and no `content` until there is text (clients rebuild `""`
+    /// into the message they send back, and OpenAI sends none before a reply of only calls).
+    pub(super) fn opening(&self) -> String {
+        json(&self.meta.delta_chunk(Delta { role: Some("assistant"), ..Delta::default() }, None))
+    }
+
+    /// The payloads for the next engine event; `None` when the events ended without
+    /// `Finished` or `Failed`.
+    pub(super) fn push(&mut self, event: Option<Event>) -> Frames {
+        match event {
+            Some(Event::Started { .. }) => Frames::default(),
+            Some(Event::Text(text)) => match self.shaper.as_mut().map(|s| s.text(text)) {
+                Some(shaped) => Frames {
+                    data: shaped.deltas.into_iter().map(|d| json(&self.meta.delta_chunk(d, None))).collect(),
+                    finish_now: shaped.done,
+                    done: false,
+                },
+                None => Frames::default(),
+            },
+            Some(Event::Finished { reason, usage, timings }) => match self.shaper.take().map(|s| s.finish(reason)) {
+                Some(Ok(ending)) => {
+                    let mut data: Vec<String> =
+                        ending.deltas.into_iter().map(|d| json(&self.meta.delta_chunk(d, None))).collect();
+                    let mut last = self.meta.delta_chunk(Delta::default(), Some(ending.finish_reason));
+                    last.timings = Some(wire_timings(usage, timings));
+                    data.push(json(&last));
+                    if self.include_usage {
+                        let mut usage_chunk = self.meta.chunk(Vec::new());
+                        usage_chunk.usage = Some(wire_usage(usage));
+                        data.push(json(&usage_chunk));
+                    }
+                    closing(data)
+                }
+                Some(Err(e)) => failed(e.into()),
+                None => failed(ApiError::EngineStopped),
+            },
+            Some(Event::Failed(e)) => failed(e.into()),
+            None => failed(ApiError::EngineStopped),
+        }
+    }
+}
+
+/// The stream's last payloads: `data`, then [`DONE`].
+fn closing(mut data: Vec<String>) -> Frames {
+    data.push(DONE.to_string());
+    Frames { data, finish_now: false, done: true }
+}
+
+/// A stream ended by `error`.
+fn failed(error: ApiError) -> Frames {
+    closing(vec![error.to_json()])
+}
+
+#[cfg(test)]
+mod tests;

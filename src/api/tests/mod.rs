@@ -1,0 +1,57 @@
+//! Model-free tests of the API: fixtures shared by the modules' tests.
+
+use serde_json::{json, Value};
+
+use super::convert::OutputPlan;
+use crate::chat::tools::{OutputSchema, ToolDefinition, ToolFormat, ToolSet};
+use crate::engine::{Event, FinishReason, ModelInfo, TemplateSource, Timings, Usage};
+
+/// A loaded model as the engine would describe it.
+pub(super) fn model() -> ModelInfo {
+    ModelInfo {
+        id: "test-model".into(),
+        architecture: "llama".into(),
+        n_ctx: 4096,
+        n_ctx_train: 8192,
+        n_vocab: 32_000,
+        n_swa: None,
+        template_source: TemplateSource::Gguf,
+        tool_format: ToolFormat::Hermes,
+        threads: 2,
+        threads_batch: 2,
+    }
+}
+
+/// `set_timer(minutes: integer)`, the one tool of these tests.
+pub(super) fn timer_tool() -> ToolDefinition {
+    ToolDefinition {
+        name: "set_timer".into(),
+        description: None,
+        parameters: json!({"type": "object", "properties": {"minutes": {"type": "integer"}}, "required": ["minutes"]}),
+    }
+}
+
+/// Replies that may call `set_timer`, in the generic (Hermes-style) format.
+pub(super) fn calls_plan() -> OutputPlan {
+    let tools = ToolSet::new(vec![timer_tool()]).expect("tools");
+    OutputPlan { format: ToolFormat::Generic, tools: Some(tools), schema: None }
+}
+
+/// Plain text replies, or JSON ones matching `schema`.
+pub(super) fn text_plan(schema: Option<Value>) -> OutputPlan {
+    let schema = schema.map(|s| OutputSchema::new(&s).expect("schema"));
+    OutputPlan { format: ToolFormat::Generic, tools: None, schema }
+}
+
+/// A call as the generic format writes it.
+pub(super) fn call_text(name: &str, arguments: &str) -> String {
+    format!("<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {arguments}}}\n</tool_call>")
+}
+
+/// The usage every scripted `Finished` reports.
+pub(super) const USAGE: Usage = Usage { prompt_tokens: 10, cached_tokens: 4, completion_tokens: 3 };
+
+/// A `Finished` event with [`USAGE`].
+pub(super) fn finished(reason: FinishReason) -> Event {
+    Event::Finished { reason, usage: USAGE, timings: Timings::default() }
+}
