@@ -1,4 +1,8 @@
-//! Model-free tests of the API: fixtures shared by the modules' tests.
+//! Model-free tests of the API: fixtures shared by the modules' tests, a scripted engine
+//! ([`fake`]) and the router's tests over it ([`router`]).
+
+mod fake;
+mod router;
 
 use serde_json::{json, Value};
 

@@ -1,0 +1,79 @@
+//! A scripted engine: fixed model facts and room, and one scripted event list per submission.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
+
+use super::super::backend::{Backend, EventSource};
+use crate::engine::{EngineError, Event, GenerationRequest, ModelInfo};
+
+/// An engine whose answers are written in advance.
+pub(super) struct FakeEngine {
+    info: Result<ModelInfo, EngineError>,
+    room: Result<(), EngineError>,
+    /// The events of the next submission.
+    script: Mutex<Vec<Event>>,
+    /// Requests submitted so far.
+    pub submitted: Mutex<Vec<GenerationRequest>>,
+    /// Set when the API asked a generation to finish now.
+    pub finish_requested: Arc<AtomicBool>,
+}
+
+impl FakeEngine {
+    /// A loaded model with room, answering each submission with `script`.
+    pub(super) fn answering(script: Vec<Event>) -> Self {
+        Self {
+            info: Ok(super::model()),
+            room: Ok(()),
+            script: Mutex::new(script),
+            submitted: Mutex::new(Vec::new()),
+            finish_requested: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// An engine whose model facts are `error` (e.g. still loading).
+    pub(super) fn without_model(error: EngineError) -> Self {
+        Self { info: Err(error), ..Self::answering(Vec::new()) }
+    }
+
+    /// An engine that has no room: `ensure_room` fails with `error`.
+    pub(super) fn without_room(error: EngineError) -> Self {
+        Self { room: Err(error), ..Self::answering(Vec::new()) }
+    }
+}
+
+impl Backend for FakeEngine {
+    fn model_info(&self) -> Result<ModelInfo, EngineError> {
+        self.info.clone()
+    }
+
+    fn ensure_room(&self) -> Result<(), EngineError> {
+        self.room.clone()
+    }
+
+    fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError> {
+        self.room.clone()?;
+        self.submitted.lock().push(request);
+        let events = std::mem::take(&mut *self.script.lock()).into();
+        Ok(Box::new(Scripted { events, finish_requested: Arc::clone(&self.finish_requested) }))
+    }
+}
+
+/// The events of one scripted generation.
+struct Scripted {
+    events: VecDeque<Event>,
+    finish_requested: Arc<AtomicBool>,
+}
+
+impl EventSource for Scripted {
+    fn next(&mut self) -> BoxFuture<'_, Option<Event>> {
+        Box::pin(std::future::ready(self.events.pop_front()))
+    }
+
+    fn finish_now(&self) {
+        self.finish_requested.store(true, Ordering::Relaxed);
+    }
+}
