@@ -5,11 +5,9 @@
 
 mod common;
 
-use common::{gemma3_path, long_system_prompt, smollm2_path, test_config};
+use common::{gemma3_path, generate, long_system_prompt, smollm2_path, test_config, Generated};
 use firstword::engine::TemplateSource;
-use firstword::{
-    ChatMessage, Engine, EngineConfig, Event, FinishReason, GenerationRequest, Prompt, SamplingParams, Usage,
-};
+use firstword::{ChatMessage, Engine, EngineConfig, FinishReason, GenerationRequest, Prompt, SamplingParams, Usage};
 
 /// Runs one greedy request to the end; returns the text, usage and finish reason.
 fn run(engine: &Engine, prompt: Prompt, max_tokens: u32) -> (String, Usage, FinishReason) {
@@ -21,17 +19,8 @@ fn run(engine: &Engine, prompt: Prompt, max_tokens: u32) -> (String, Usage, Fini
         grammar: None,
         preserved_tokens: Vec::new(),
     };
-    let mut generation = engine.submit(request).expect("submitted");
-    let mut text = String::new();
-    while let Some(event) = generation.next_blocking() {
-        match event {
-            Event::Text(piece) => text.push_str(&piece),
-            Event::Finished { usage, reason, .. } => return (text, usage, reason),
-            Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } => {}
-        }
-    }
-    panic!("no Finished event");
+    let Generated { text, usage, reason, .. } = generate(engine, request);
+    (text, usage, reason)
 }
 
 fn chat(messages: Vec<ChatMessage>) -> Prompt {
@@ -154,17 +143,7 @@ fn gemma_without_a_template_uses_gemma_turns_and_stops_at_end_of_turn() {
         grammar: None,
         preserved_tokens: Vec::new(),
     };
-    let mut generation = engine.submit(request).expect("submitted");
-    let (mut text, mut finished) = (String::new(), None);
-    while let Some(event) = generation.next_blocking() {
-        match event {
-            Event::Text(piece) => text.push_str(&piece),
-            Event::Finished { reason, usage, .. } => finished = Some((reason, usage)),
-            Event::Failed(e) => panic!("{e}"),
-            Event::Started { .. } => {}
-        }
-    }
-    let (reason, usage) = finished.expect("finished");
+    let Generated { text, reason, usage, .. } = generate(&engine, request);
     assert_eq!(reason, FinishReason::Stop, "stopped at <end_of_turn>: {text:?}");
     assert!(usage.completion_tokens > 0 && usage.completion_tokens < 64, "{usage:?}");
     assert!(markers.iter().all(|m| !text.contains(m)), "marker leaked into {text:?}");

@@ -99,12 +99,8 @@ fn gemma_grammars_in_llama_cpp() {
         assert_eq!(verdict(&model, &auto, other), Verdict::Rejected, "{format:?}: not a call");
     }
     // Every other format's `auto` grammar takes the bare JSON call too.
-    for (format, key) in [
-        (ToolFormat::Generic, "arguments"),
-        (ToolFormat::Hermes, "arguments"),
-        (ToolFormat::Mistral, "arguments"),
-        (ToolFormat::Llama3, "parameters"),
-    ] {
+    for &format in ToolFormat::ALL.iter().filter(|f| !matches!(f, ToolFormat::Gemma4 | ToolFormat::FunctionGemma)) {
+        let key = if format == ToolFormat::Llama3 { "parameters" } else { "arguments" };
         let auto = request_grammar(format, &tools, &ToolChoice::Auto, true, None).expect("grammar");
         let bare = format!(r#"{{"name": "f", "{key}": {{"s": "x<"}}}}"#);
         assert_eq!(verdict(&model, &auto, &bare), Verdict::Complete, "{format:?}: {bare}");

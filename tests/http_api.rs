@@ -4,40 +4,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{exclusive_server, long_system_prompt, parse_sse, SseData};
+use common::{chunks, exclusive_server, long_system_prompt, post, post_stream, SseData};
 use serde_json::{json, Value};
 
 /// SmolLM2's `<|im_end|>`: banning it makes generation run to `max_tokens`.
 const SMOLLM2_IM_END: &str = "2";
-
-async fn post(base: &str, body: &Value) -> (u16, Value) {
-    let response =
-        reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
-    let status = response.status().as_u16();
-    (status, response.json().await.expect("JSON body"))
-}
-
-async fn post_stream(base: &str, body: &Value) -> (u16, Vec<SseData>) {
-    let response =
-        reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
-    let status = response.status().as_u16();
-    assert_eq!(
-        response.headers().get("content-type").and_then(|v| v.to_str().ok()),
-        Some("text/event-stream"),
-        "streams are SSE"
-    );
-    (status, parse_sse(&response.text().await.expect("body")))
-}
-
-fn chunks(events: &[SseData]) -> Vec<&Value> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            SseData::Json(v) => Some(v),
-            SseData::Done => None,
-        })
-        .collect()
-}
 
 fn content_of(events: &[SseData]) -> String {
     chunks(events)

@@ -11,18 +11,14 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{exclusive_server, long_system_prompt, smollm2_path, spawn_server, test_config, tiny_mtp_path};
+use common::{
+    exclusive_server, generate, long_system_prompt, post, smollm2_path, spawn_server, test_config, tiny_mtp_path,
+    Generated,
+};
 use firstword::api::ServeOptions;
-use firstword::engine::{DraftStats, SpecMode, SpeculationConfig};
-use firstword::{ChatMessage, Engine, EngineConfig, Event, GenerationRequest, SamplingParams, Usage};
+use firstword::engine::{SpecMode, SpeculationConfig};
+use firstword::{ChatMessage, Engine, EngineConfig, Event, GenerationRequest, SamplingParams};
 use serde_json::{json, Value};
-
-async fn post(base: &str, body: &Value) -> (u16, Value) {
-    let response =
-        reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
-    let status = response.status().as_u16();
-    (status, response.json().await.expect("JSON body"))
-}
 
 async fn health(base: &str) -> u16 {
     reqwest::get(format!("{base}/health")).await.expect("health").status().as_u16()
@@ -169,30 +165,14 @@ fn the_engine_refuses_overlong_runs_itself() {
     engine.wait_idle_blocking();
 }
 
-/// What a greedy reply said and cost.
-struct Reply {
-    text: String,
-    usage: Usage,
-    draft: Option<DraftStats>,
-}
-
-fn greedy(engine: &Engine, user: &str, max_tokens: u32) -> Reply {
+/// A greedy reply to `user`.
+fn greedy(engine: &Engine, user: &str, max_tokens: u32) -> Generated {
     let request = GenerationRequest {
         max_tokens: Some(max_tokens),
         sampling: SamplingParams::greedy(),
         ..GenerationRequest::chat(vec![ChatMessage::user(user)])
     };
-    let mut generation = engine.submit(request).expect("queued");
-    let mut text = String::new();
-    while let Some(event) = generation.next_blocking() {
-        match event {
-            Event::Text(t) => text.push_str(&t),
-            Event::Finished { usage, timings, .. } => return Reply { text, usage, draft: timings.draft },
-            Event::Failed(e) => panic!("failed: {e}"),
-            Event::Started { .. } => {}
-        }
-    }
-    panic!("no Finished event")
+    generate(engine, request)
 }
 
 /// The verify batch is the picked token plus its drafts and must fit `n_batch` (llama.cpp
@@ -253,7 +233,7 @@ fn speculation_on_models_whose_cache_cannot_be_cut_freely() {
     // position 0). Asking the same again would cut deeper than the last batch: llama.cpp
     // accepts that cut and then computes garbage, so the engine prefills instead.
     let first = greedy(&engine, "Hello there", 12);
-    let stats = first.draft.expect("speculation ran");
+    let stats = first.timings.draft.expect("speculation ran");
     assert!(stats.drafted > stats.accepted, "drafts were rejected: {stats:?}");
     assert_eq!(first.text, expected, "speculative reply vs plain decoding");
     let again = greedy(&engine, "Hello there", 12);

@@ -19,9 +19,11 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{smollm2_path, spawn_server, test_config, tiny_mtp_path, tiny_mtp_vocab260_path};
+use common::{
+    generate, post, smollm2_path, spawn_server, test_config, tiny_mtp_path, tiny_mtp_vocab260_path, Generated,
+};
 use firstword::engine::{DraftStats, SpecMode, SpeculationConfig};
-use firstword::{ChatMessage, Engine, Event, GenerationRequest, SamplingParams, Usage};
+use firstword::{ChatMessage, Engine, GenerationRequest, SamplingParams};
 use serde_json::{json, Value};
 
 /// An engine over `model` with the given speculation (drafting on every step, so drafts are
@@ -31,25 +33,9 @@ fn engine(model: PathBuf, mode: SpecMode, draft_model: Option<PathBuf>) -> Engin
     Engine::start(firstword::EngineConfig { speculation, ..test_config(model) }).expect("model loads")
 }
 
-struct Answer {
-    text: String,
-    usage: Usage,
-    draft: Option<DraftStats>,
-}
-
-fn run(engine: &Engine, messages: Vec<ChatMessage>, max_tokens: u32, sampling: SamplingParams) -> Answer {
+fn run(engine: &Engine, messages: Vec<ChatMessage>, max_tokens: u32, sampling: SamplingParams) -> Generated {
     let request = GenerationRequest { max_tokens: Some(max_tokens), sampling, ..GenerationRequest::chat(messages) };
-    let mut generation = engine.submit(request).expect("submitted");
-    let mut text = String::new();
-    while let Some(event) = generation.next_blocking() {
-        match event {
-            Event::Text(piece) => text.push_str(&piece),
-            Event::Finished { usage, timings, .. } => return Answer { text, usage, draft: timings.draft },
-            Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } => {}
-        }
-    }
-    panic!("no Finished event");
+    generate(engine, request)
 }
 
 fn conversation(user: &str) -> Vec<ChatMessage> {
@@ -75,8 +61,8 @@ fn assert_same_output(plain: &Engine, speculative: &Engine, max_tokens: u32) -> 
             let got = run(speculative, conversation(prompt), max_tokens, sampling.clone());
             assert_eq!(got.text, expected.text, "{prompt:?} with {sampling:?}");
             assert_eq!(got.usage.completion_tokens, expected.usage.completion_tokens);
-            assert!(expected.draft.is_none(), "no draft counts without speculation");
-            let draft = got.draft.expect("draft counts with speculation");
+            assert!(expected.timings.draft.is_none(), "no draft counts without speculation");
+            let draft = got.timings.draft.expect("draft counts with speculation");
             assert!(draft.accepted <= draft.drafted, "{draft:?}");
             total.drafted += draft.drafted;
             total.accepted += draft.accepted;
@@ -100,7 +86,7 @@ fn mtp_output_equals_plain_decoding_and_most_drafts_are_accepted() {
 fn auto_picks_mtp_for_a_model_with_nextn_layers() {
     let auto = engine(tiny_mtp_path(), SpecMode::Auto, None);
     let answer = run(&auto, conversation(PROMPTS[1]), 16, SamplingParams::greedy());
-    assert!(answer.draft.is_some_and(|d| d.drafted > 0), "{:?}", answer.draft);
+    assert!(answer.timings.draft.is_some_and(|d| d.drafted > 0), "{:?}", answer.timings.draft);
 }
 
 /// A model drafting for itself proposes what the target would pick, so nearly every draft is
@@ -124,12 +110,12 @@ fn a_model_drafting_for_itself_is_accepted_nearly_always() {
     let mut greedy = DraftStats::default();
     for prompt in PROMPTS {
         let answer = run(&self_draft, conversation(prompt), 48, SamplingParams::greedy());
-        let draft = answer.draft.expect("draft counts with speculation");
+        let draft = answer.timings.draft.expect("draft counts with speculation");
         greedy.drafted += draft.drafted;
         greedy.accepted += draft.accepted;
         for seed in [1, 2] {
             let sampled = run(&self_draft, conversation(prompt), 48, seeded(seed));
-            let draft = sampled.draft.expect("draft counts with speculation");
+            let draft = sampled.timings.draft.expect("draft counts with speculation");
             assert!(draft.drafted > 0 && draft.accepted <= draft.drafted, "{prompt:?}, seed {seed}: {draft:?}");
             assert!(sampled.usage.completion_tokens > 0);
         }
@@ -154,7 +140,7 @@ fn assert_turns_stay_cached(engine: &Engine) {
         first.usage.prompt_tokens,
         first.usage.completion_tokens
     );
-    let catch_up = second.draft.expect("draft counts").catch_up;
+    let catch_up = second.timings.draft.expect("draft counts").catch_up;
     eprintln!("turn 2: cached {cached} of {prompt}, drafter caught up {catch_up}");
     assert!(
         catch_up <= prompt - cached + 2,
@@ -187,14 +173,8 @@ fn forced_tool_call() -> Value {
 }
 
 async fn calls(base: &str) -> (Vec<Value>, Value) {
-    let response = reqwest::Client::new()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&forced_tool_call())
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.expect("JSON");
+    let (status, body) = post(base, &forced_tool_call()).await;
+    assert_eq!(status, 200);
     let calls = body["choices"][0]["message"]["tool_calls"].as_array().expect("tool calls").clone();
     (calls.iter().map(|c| c["function"].clone()).collect(), body["timings"].clone())
 }

@@ -22,9 +22,9 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use common::{gemma3_path, smollm2_path, test_config, tiny_mtp_path};
+use common::{gemma3_path, generate, smollm2_path, test_config, tiny_mtp_path, Generated};
 use firstword::engine::{DraftStats, SpecMode, SpeculationConfig};
-use firstword::{Engine, EngineConfig, Event, GenerationRequest, Prompt, SamplingParams};
+use firstword::{Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -294,17 +294,8 @@ fn engine_reply(engine: &Engine, prompt: &[LlamaToken]) -> (String, Option<Draft
         sampling: SamplingParams::greedy(),
         ..GenerationRequest::chat(Vec::new())
     };
-    let mut generation = engine.submit(request).expect("submitted");
-    let mut text = String::new();
-    while let Some(event) = generation.next_blocking() {
-        match event {
-            Event::Text(piece) => text.push_str(&piece),
-            Event::Finished { timings, .. } => return (text, timings.draft),
-            Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } => {}
-        }
-    }
-    panic!("no Finished event");
+    let Generated { text, timings, .. } = generate(engine, request);
+    (text, timings.draft)
 }
 
 /// How many of plain decoding's tokens `text` reproduces before it departs from them.

@@ -2,10 +2,14 @@
 
 #![allow(dead_code)]
 
+pub mod tools;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use firstword::{Engine, EngineConfig};
+use firstword::engine::Timings;
+use firstword::{Engine, EngineConfig, Event, FinishReason, GenerationRequest, Usage};
+use serde_json::{json, Value};
 
 /// The default model (fetched by `make test`; a missing file fails the test run).
 pub fn smollm2_path() -> PathBuf {
@@ -43,29 +47,44 @@ pub fn test_config(path: PathBuf) -> EngineConfig {
     EngineConfig { ctx_size: Some(4096), threads: 2, threads_batch: 2, ..EngineConfig::new(path) }
 }
 
-/// A running server over SmolLM2.
+/// A running server.
 pub struct TestServer {
+    /// `http://127.0.0.1:PORT`.
     pub base: String,
+    /// The engine behind it.
     pub engine: Engine,
 }
 
-/// Starts (once per test binary) a server on 127.0.0.1:0 on its own runtime thread; use it
-/// through [`exclusive_server`].
-fn server() -> &'static TestServer {
-    static SERVER: OnceLock<TestServer> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let engine = Engine::start(test_config(smollm2_path())).expect("SmolLM2 loads");
-        spawn_server(engine)
-    })
+/// A server shared by the tests of one test binary, started on first use, one test at a time:
+/// tests look at the cache, so their requests must not interleave.
+pub struct SharedServer {
+    model: fn() -> PathBuf,
+    server: OnceLock<TestServer>,
+    lock: tokio::sync::Mutex<()>,
 }
 
-/// The shared server, for one test at a time: tests look at the cache, so their requests must
-/// not interleave. Hold the guard for the whole test.
+impl SharedServer {
+    /// A server over the model at `model()`, not started yet.
+    pub const fn new(model: fn() -> PathBuf) -> Self {
+        Self { model, server: OnceLock::new(), lock: tokio::sync::Mutex::const_new(()) }
+    }
+
+    /// Waits for the other tests, then starts the server if it is not running yet (on
+    /// 127.0.0.1:0, on its own runtime thread). Hold the guard for the whole test.
+    pub async fn exclusive(&'static self) -> (ServerLock, &'static TestServer) {
+        let guard = self.lock.lock().await;
+        let server = self.server.get_or_init(|| {
+            let engine = Engine::start(test_config((self.model)())).expect("the test model loads");
+            spawn_server(engine)
+        });
+        (ServerLock { _guard: guard, engine: server.engine.clone() }, server)
+    }
+}
+
+/// The shared server over SmolLM2, for one test at a time (see [`SharedServer::exclusive`]).
 pub async fn exclusive_server() -> (ServerLock, &'static TestServer) {
-    static LOCK: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
-    let guard = LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await;
-    let server = server();
-    (ServerLock { _guard: guard, engine: server.engine.clone() }, server)
+    static SMOLLM2: SharedServer = SharedServer::new(smollm2_path);
+    SMOLLM2.exclusive().await
 }
 
 /// Exclusive use of the shared server. Dropping it waits until the engine is idle: the shared
@@ -98,26 +117,96 @@ pub fn long_system_prompt(approx_tokens: usize) -> String {
 /// One parsed SSE `data:` payload.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SseData {
-    Json(serde_json::Value),
+    /// A JSON chunk (or error event).
+    Json(Value),
+    /// `[DONE]`.
     Done,
 }
 
-/// Splits an SSE body into its `data:` payloads (comments and keep-alives skipped).
+/// An SSE body's `data:` payloads (comments and keep-alives skipped), read as the benchmark
+/// reads them ([`firstword::bench::sse_data`]).
 pub fn parse_sse(body: &str) -> Vec<SseData> {
-    body.split("\n\n")
-        .filter_map(|event| {
-            let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
-            if data.is_empty() {
-                return None;
-            }
-            let data = data.join("\n");
-            Some(if data == "[DONE]" {
+    firstword::bench::sse_data(body)
+        .map(|data| {
+            if data == "[DONE]" {
                 SseData::Done
             } else {
-                SseData::Json(serde_json::from_str(&data).unwrap_or_else(|e| panic!("bad SSE JSON {data:?}: {e}")))
-            })
+                SseData::Json(serde_json::from_str(data).unwrap_or_else(|e| panic!("bad SSE JSON {data:?}: {e}")))
+            }
         })
         .collect()
+}
+
+/// The JSON chunks of a stream (`[DONE]` left out).
+pub fn chunks(events: &[SseData]) -> Vec<&Value> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            SseData::Json(v) => Some(v),
+            SseData::Done => None,
+        })
+        .collect()
+}
+
+/// Posts a chat completion; returns the status and the JSON body.
+pub async fn post(base: &str, body: &Value) -> (u16, Value) {
+    let response =
+        reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON body"))
+}
+
+/// Posts a streamed chat completion; checks that the answer is an event stream and returns
+/// the status and the stream's payloads.
+pub async fn post_stream(base: &str, body: &Value) -> (u16, Vec<SseData>) {
+    let response =
+        reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
+    let status = response.status().as_u16();
+    assert_eq!(
+        response.headers().get("content-type").and_then(|v| v.to_str().ok()),
+        Some("text/event-stream"),
+        "streams are SSE"
+    );
+    (status, parse_sse(&response.text().await.expect("body")))
+}
+
+/// Posts `body` with `stream: true`; checks for status 200 and a stream that ends with
+/// `[DONE]`, and returns its JSON chunks.
+pub async fn stream_chunks(base: &str, body: &Value) -> Vec<Value> {
+    let mut body = body.clone();
+    body["stream"] = json!(true);
+    let (status, events) = post_stream(base, &body).await;
+    assert_eq!(status, 200, "{events:?}");
+    assert_eq!(events.last(), Some(&SseData::Done), "{events:?}");
+    chunks(&events).into_iter().cloned().collect()
+}
+
+/// How a generation ended, with all its text.
+pub struct Generated {
+    /// All the text, in order.
+    pub text: String,
+    /// Why it ended.
+    pub reason: FinishReason,
+    /// Token counts.
+    pub usage: Usage,
+    /// Time spent, and the drafter's counts when speculating.
+    pub timings: Timings,
+}
+
+/// Submits `request` and reads its events to the end (blocking); panics if the generation
+/// fails or ends without [`Event::Finished`].
+pub fn generate(engine: &Engine, request: GenerationRequest) -> Generated {
+    let mut generation = engine.submit(request).expect("submitted");
+    let mut text = String::new();
+    while let Some(event) = generation.next_blocking() {
+        match event {
+            Event::Text(piece) => text.push_str(&piece),
+            Event::Finished { reason, usage, timings } => return Generated { text, reason, usage, timings },
+            Event::Failed(e) => panic!("generation failed: {e}"),
+            Event::Started { .. } => {}
+        }
+    }
+    panic!("no Finished event");
 }
 
 /// Starts a dedicated server over `engine` on 127.0.0.1:0 (for tests needing special settings).
