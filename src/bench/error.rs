@@ -1,5 +1,6 @@
-//! Why a benchmark run could not be made or its results not written. A server that fails is
-//! not one of these: its failures are measurements, recorded in the rows.
+//! Why a benchmark run could not be made or its results not written, why there is no
+//! decision, and why `--weights` does not parse. A server that fails is not one of these: its
+//! failures are measurements, recorded in the rows.
 
 use std::path::PathBuf;
 
@@ -56,4 +57,29 @@ pub enum BenchError {
         /// The drawing back-end's message.
         message: String,
     },
+}
+
+/// Why [`decide`](super::decide) made no decision: no server passed the tool check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no server passed the tool check; no decision")]
+pub struct NoDecision;
+
+/// Why a `--weights` text does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WeightsError {
+    /// A part without `=`.
+    #[error("expected key=value, got {0:?}")]
+    NotKeyValue(String),
+    /// A value that is not a number.
+    #[error("{key}: not a number: {value:?}")]
+    NotANumber {
+        /// The weight's name, as written.
+        key: String,
+        /// The value, as written.
+        value: String,
+    },
+    /// A name other than quality, decode, ttft and rss.
+    #[error("unknown weight {0:?}; use quality, decode, ttft, rss")]
+    Unknown(String),
 }

@@ -18,10 +18,8 @@ use serde_json::{json, Value};
 pub use chart::{check_plot_path, plot};
 pub use client::sse_data;
 pub use command::{execute, Outputs};
-pub use error::BenchError;
-pub use report::{
-    decide, scores, summarize, table, write_csv, NoDecision, Row, Scenario, Spread, Summary, Weights, WeightsError,
-};
+pub use error::{BenchError, NoDecision, WeightsError};
+pub use report::{decide, scores, summarize, table, write_csv, Row, Scenario, Spread, Summary, Weights};
 
 use client::{send, ServerReply};
 

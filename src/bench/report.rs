@@ -4,6 +4,8 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use super::error::{NoDecision, WeightsError};
+
 /// Which measurement a row belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -287,31 +289,6 @@ pub fn decide(summaries: &[Summary]) -> Result<String, NoDecision> {
     Ok(format!("{} ({why})", winner.server))
 }
 
-/// Why [`decide`] made no decision: no server passed the tool check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("no server passed the tool check; no decision")]
-pub struct NoDecision;
-
-/// Why a `--weights` text does not parse.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum WeightsError {
-    /// A part without `=`.
-    #[error("expected key=value, got {0:?}")]
-    NotKeyValue(String),
-    /// A value that is not a number.
-    #[error("{key}: not a number: {value:?}")]
-    NotANumber {
-        /// The weight's name, as written.
-        key: String,
-        /// The value, as written.
-        value: String,
-    },
-    /// A name other than quality, decode, ttft and rss.
-    #[error("unknown weight {0:?}; use quality, decode, ttft, rss")]
-    Unknown(String),
-}
-
 /// Weights of the optional score.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Weights {
@@ -497,13 +474,23 @@ mod tests {
 
     #[test]
     fn no_passing_server_means_no_decision() {
-        assert!(decide(&summarize(&rows("a", 1.0, 1.0, false), &[])).is_err());
+        let none = decide(&summarize(&rows("a", 1.0, 1.0, false), &[])).expect_err("no decision");
+        assert_eq!(none.to_string(), "no server passed the tool check; no decision");
     }
 
     #[test]
     fn weights_parse_and_score_relative_to_the_best() {
         let weights: Weights = "quality=0.4,decode=0.25,ttft=0.2,rss=0.15".parse().expect("weights");
-        assert!("speed=1".parse::<Weights>().is_err());
+        let errors =
+            ["speed=1", "quality", "ttft= fast"].map(|text| text.parse::<Weights>().expect_err(text).to_string());
+        assert_eq!(
+            errors,
+            [
+                "unknown weight \"speed\"; use quality, decode, ttft, rss",
+                "expected key=value, got \"quality\"",
+                "ttft: not a number: \" fast\""
+            ]
+        );
         let all = [rows("a", 1.0, 100.0, true), rows("b", 1.0, 200.0, false)].concat();
         let scores = scores(&summarize(&all, &[("a".into(), 300.0), ("b".into(), 150.0)]), weights);
         assert!((scores[0].1 - (0.4 + 0.2 + 0.15 * 0.5)).abs() < 1e-9, "{scores:?}");
