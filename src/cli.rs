@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use firstword::bench::{BenchConfig, Outputs, Target, Weights};
-use firstword::engine::{EngineConfig, FlashAttention, SpecMode, SpeculationConfig, LLAMA_CPP_BUILD};
+use firstword::engine::{
+    EngineConfig, EngineError, FlashAttention, SpecMode, SpeculationConfig, SpeculationError, LLAMA_CPP_BUILD,
+};
 
 /// `firstword --version`: this crate's version and the llama.cpp it links.
 static VERSION: LazyLock<String> = LazyLock::new(|| format!("{} ({LLAMA_CPP_BUILD})", env!("CARGO_PKG_VERSION")));
@@ -218,6 +220,33 @@ impl ServeArgs {
             },
             ..defaults
         }
+    }
+}
+
+/// An engine error in the command line's terms: the flags to change instead of the
+/// [`EngineConfig`] fields the library names.
+pub fn in_flag_terms(error: &EngineError) -> String {
+    match error {
+        EngineError::SpeculationSetup(setup) => {
+            let advice = match setup {
+                SpeculationError::NoMtpLayers { model } => format!(
+                    "--spec mtp: {} has no MTP (NextN) layers (no `<arch>.nextn_predict_layers` in its metadata); use --spec draft with --draft-model, or --spec none",
+                    model.display()
+                ),
+                SpeculationError::NoDraftModel => "--spec draft needs --draft-model PATH".into(),
+                SpeculationError::DraftMaxOutOfRange(max) => format!("--draft-max must be between 1 and 64, got {max}"),
+                SpeculationError::DraftMinAboveMax { min, max } => {
+                    format!("--draft-min ({min}) is larger than --draft-max ({max})")
+                }
+                SpeculationError::DraftPMinOutOfRange(p) => format!("--draft-p-min must be between 0 and 1, got {p}"),
+                SpeculationError::CannotRollBack => format!("{setup}; --spec none serves it without"),
+                other => other.to_string(),
+            };
+            format!("speculative decoding: {advice}")
+        }
+        EngineError::TemplateSetup(_) => format!("{error} (--chat-template-file)"),
+        EngineError::ContextCreate { .. } => format!("{error} (-c/--ctx-size sets the context size)"),
+        other => other.to_string(),
     }
 }
 

@@ -44,7 +44,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let engine = Engine::spawn(args.engine_config());
     let mut server = tokio::spawn(firstword::api::serve(listener, engine.clone(), shutdown_signal(engine.clone())));
     let info = tokio::select! {
-        info = engine.wait_ready() => info?,
+        info = engine.wait_ready() => info.map_err(|e| anyhow::anyhow!(cli::in_flag_terms(&e)))?,
         served = &mut server => return served?.map_err(Into::into),
     };
     tracing::info!(

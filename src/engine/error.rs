@@ -30,14 +30,9 @@ pub enum EngineError {
         /// What went wrong.
         reason: String,
     },
-    /// Speculative decoding cannot run as configured (no MTP layers for [`SpecMode::Mtp`], a
-    /// draft model with another vocabulary, bad limits). The message names the offending
-    /// [`SpeculationConfig`] field as `speculation.<field>`, in backticks.
-    ///
-    /// [`SpecMode::Mtp`]: super::SpecMode::Mtp
-    /// [`SpeculationConfig`]: super::SpeculationConfig
+    /// Speculative decoding cannot run as configured.
     #[error("speculative decoding: {0}")]
-    SpeculationSetup(String),
+    SpeculationSetup(#[from] SpeculationError),
     /// No usable chat template could be found or compiled.
     #[error("chat template: {0}")]
     TemplateSetup(String),
@@ -109,4 +104,49 @@ pub enum EngineError {
     /// llama.cpp failed to evaluate a batch.
     #[error("llama.cpp decode failed: {0}")]
     Decode(String),
+}
+
+/// Why speculative decoding cannot run as configured. Messages name the offending
+/// [`SpeculationConfig`](super::SpeculationConfig) field as `speculation.<field>`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpeculationError {
+    /// [`SpecMode::Mtp`](super::SpecMode::Mtp) for a model without MTP (NextN) layers.
+    #[error("`speculation.mode` is `Mtp` but {} has no MTP (NextN) layers (no `<arch>.nextn_predict_layers` in its metadata); use `Draft` with a `speculation.draft_model`, or `None`", model.display())]
+    NoMtpLayers {
+        /// The served model.
+        model: PathBuf,
+    },
+    /// [`SpecMode::Draft`](super::SpecMode::Draft) without a draft model.
+    #[error("`speculation.mode` is `Draft` but no `speculation.draft_model` is set")]
+    NoDraftModel,
+    /// `draft_max` outside 1..=64.
+    #[error("`speculation.draft_max` must be between 1 and 64, got {0}")]
+    DraftMaxOutOfRange(u32),
+    /// `draft_min` above `draft_max`.
+    #[error("`speculation.draft_min` ({min}) is larger than `speculation.draft_max` ({max})")]
+    DraftMinAboveMax {
+        /// `draft_min`.
+        min: u32,
+        /// `draft_max` (the default for the drafter when unset).
+        max: u32,
+    },
+    /// `draft_p_min` outside 0..=1.
+    #[error("`speculation.draft_p_min` must be between 0 and 1, got {0}")]
+    DraftPMinOutOfRange(f32),
+    /// The draft model's vocabulary differs from the served model's.
+    #[error("the draft model {} has a different vocabulary: {difference}", draft.display())]
+    DifferentVocabulary {
+        /// `speculation.draft_model`.
+        draft: PathBuf,
+        /// The first difference found.
+        difference: String,
+    },
+    /// Speculation was asked for on a recurrent or hybrid model whose state llama.cpp cannot
+    /// roll back.
+    #[error("the model's recurrent state cannot be rolled back by llama.cpp for this architecture, and verifying drafts needs that")]
+    CannotRollBack,
+    /// llama.cpp could not set up the MTP drafter.
+    #[error("MTP: {0}")]
+    Mtp(String),
 }

@@ -17,7 +17,7 @@ use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 
 use super::decoder::{Decoder, ModelDrafter, MtpDrafter};
 use super::speculation::{vocabulary_difference, Drafter, SpecMode, SpeculationPlan};
-use super::{EngineConfig, EngineError, FlashAttention};
+use super::{EngineConfig, EngineError, FlashAttention, SpeculationError};
 
 /// Context size used when the user gives none: enough for a long system prompt and a
 /// conversation, without allocating a 32K+ KV cache nobody asked for.
@@ -101,10 +101,7 @@ fn load_draft_model(
     let difference =
         vocabulary_difference(target_texts.iter().map(Vec::as_slice), draft_texts.iter().map(Vec::as_slice));
     match difference {
-        Some(difference) => Err(EngineError::SpeculationSetup(format!(
-            "the draft model {} has a different vocabulary: {difference}",
-            path.display()
-        ))),
+        Some(difference) => Err(SpeculationError::DifferentVocabulary { draft: path.to_path_buf(), difference }.into()),
         None => Ok(draft),
     }
 }
@@ -144,11 +141,10 @@ pub(super) fn create_decoder<'m>(
     let mut ctx = model.new_context(backend, params.clone()).map_err(context_error)?;
     let mut drafter = plan.drafter.clone();
     if speculating && (model.is_recurrent() || model.is_hybrid()) && !can_drop_tail(&mut ctx, model) {
-        let reason = "the model's recurrent state cannot be rolled back by llama.cpp for this architecture, and verifying drafts needs that";
         if config.speculation.mode != SpecMode::Auto {
-            return Err(EngineError::SpeculationSetup(reason.into()));
+            return Err(SpeculationError::CannotRollBack.into());
         }
-        tracing::warn!("speculative decoding off: {reason}");
+        tracing::warn!("speculative decoding off: {}", SpeculationError::CannotRollBack);
         drafter = Drafter::None;
     }
     let decoder = match (&drafter, draft_model) {
@@ -157,8 +153,7 @@ pub(super) fn create_decoder<'m>(
                 model.new_context(backend, params.with_context_type(LlamaContextType::Mtp)).map_err(context_error)?;
             let limits =
                 MtpSpeculativeParams { n_max: plan.draft_max as i32, n_min: plan.draft_min as i32, p_min: plan.p_min };
-            let spec = MtpSpeculative::new(ctx, draft, limits)
-                .map_err(|e| EngineError::SpeculationSetup(format!("MTP: {e}")))?;
+            let spec = MtpSpeculative::new(ctx, draft, limits).map_err(|e| SpeculationError::Mtp(e.to_string()))?;
             Decoder::Mtp(MtpDrafter::new(spec))
         }
         (Drafter::Model(_), Some(draft_model)) => {

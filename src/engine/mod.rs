@@ -31,7 +31,7 @@ use crate::chat::ChatFormat;
 pub use crate::chat::{Grammar, TemplateSource};
 
 pub use config::{physical_cores, EngineConfig, FlashAttention};
-pub use error::EngineError;
+pub use error::{EngineError, SpeculationError};
 pub use request::{DraftStats, Event, FinishReason, GenerationRequest, Prompt, Timings, Usage};
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};
@@ -237,11 +237,13 @@ impl Engine {
     pub async fn wait_ready(&self) -> Result<ModelInfo, EngineError> {
         loop {
             let notified = self.shared.state_notify.notified();
-            match self.loaded() {
-                Ok(loaded) => return Ok(loaded.info.clone()),
-                Err(EngineError::Loading) => notified.await,
-                Err(e) => return Err(e),
+            // The load failure itself (as `wait_ready_blocking` gives it), not `LoadFailed`.
+            match &*self.shared.state.lock() {
+                LoadState::Ready(loaded) => return Ok(loaded.info.clone()),
+                LoadState::Failed(e) => return Err(e.clone()),
+                LoadState::Loading => {}
             }
+            notified.await;
         }
     }
 

@@ -12,7 +12,7 @@ use llama_cpp_2::gguf::GgufContext;
 pub(crate) use depth::DraftDepth;
 pub(crate) use step::Speculating;
 
-use super::EngineError;
+use super::{EngineError, SpeculationError};
 
 /// Which speculative decoding to use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,23 +96,20 @@ impl SpeculationPlan {
     /// loading the weights).
     pub(crate) fn decide(config: &SpeculationConfig, model_path: &Path) -> Result<Self, EngineError> {
         let layers = nextn_layers(model_path);
-        let invalid = |message: String| Err(EngineError::SpeculationSetup(message));
+        let invalid = |error: SpeculationError| Err(EngineError::SpeculationSetup(error));
         let (drafter, reason) = match (config.mode, layers, &config.draft_model) {
             (SpecMode::None, _, _) => (Drafter::None, "`speculation.mode` is `None`".to_string()),
-            (SpecMode::Mtp, 0, _) => {
-                return invalid(format!(
-                    "`speculation.mode` is `Mtp` but {} has no MTP (NextN) layers (no `<arch>.nextn_predict_layers` in its metadata); use `Draft` with a `speculation.draft_model`, or `None`",
-                    model_path.display()
-                ))
-            }
+            (SpecMode::Mtp, 0, _) => return invalid(SpeculationError::NoMtpLayers { model: model_path.to_path_buf() }),
             (SpecMode::Mtp, n, _) | (SpecMode::Auto, n @ 1.., _) => {
                 (Drafter::Mtp { layers: n }, format!("the model has {n} MTP (NextN) layer(s)"))
             }
             (SpecMode::Draft | SpecMode::Auto, _, Some(path)) => {
                 (Drafter::Model(path.clone()), format!("draft model {}", path.display()))
             }
-            (SpecMode::Draft, _, None) => return invalid("`speculation.mode` is `Draft` but no `speculation.draft_model` is set".into()),
-            (SpecMode::Auto, _, None) => (Drafter::None, "the model has no MTP (NextN) layers and no `speculation.draft_model` is set".into()),
+            (SpecMode::Draft, _, None) => return invalid(SpeculationError::NoDraftModel),
+            (SpecMode::Auto, _, None) => {
+                (Drafter::None, "the model has no MTP (NextN) layers and no `speculation.draft_model` is set".into())
+            }
         };
         if config.mode == SpecMode::None && config.draft_model.is_some() {
             tracing::warn!("`speculation.draft_model` is ignored: `speculation.mode` is `None`");
@@ -122,16 +119,13 @@ impl SpeculationPlan {
             _ => MODEL_DRAFT_MAX,
         });
         if draft_max == 0 || draft_max > 64 {
-            return invalid(format!("`speculation.draft_max` must be between 1 and 64, got {draft_max}"));
+            return invalid(SpeculationError::DraftMaxOutOfRange(draft_max));
         }
         if config.draft_min > draft_max {
-            return invalid(format!(
-                "`speculation.draft_min` ({}) is larger than `speculation.draft_max` ({draft_max})",
-                config.draft_min
-            ));
+            return invalid(SpeculationError::DraftMinAboveMax { min: config.draft_min, max: draft_max });
         }
         if !(0.0..=1.0).contains(&config.draft_p_min) {
-            return invalid(format!("`speculation.draft_p_min` must be between 0 and 1, got {}", config.draft_p_min));
+            return invalid(SpeculationError::DraftPMinOutOfRange(config.draft_p_min));
         }
         Ok(Self {
             drafter,
