@@ -32,8 +32,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Layout: [`engine`] owns llama.cpp on one thread; [`chat`] renders chat templates; [`api`] is
-//! the HTTP layer and only talks to the engine through its handle.
+//! Layout: [`chat`] is everything about text (chat templates, tool definitions, grammars, the
+//! streaming tool-call parsers) and imports nothing else of the crate; [`engine`] owns llama.cpp
+//! on one thread and uses `chat` to render prompts; [`api`] is the HTTP layer and only talks to
+//! the engine through its handle; [`bench`] is the client-side benchmark.
 
 pub mod api;
 pub mod bench;
