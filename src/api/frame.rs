@@ -13,7 +13,7 @@ use crate::engine::{Event, Timings, Usage};
 const FINGERPRINT: &str = concat!("firstword-", env!("CARGO_PKG_VERSION"));
 
 /// The payload that ends every stream.
-pub(super) const DONE: &str = "[DONE]";
+const DONE: &str = "[DONE]";
 
 fn wire_usage(usage: Usage) -> WireUsage {
     WireUsage {
