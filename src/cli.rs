@@ -17,7 +17,7 @@ static VERSION: LazyLock<String> = LazyLock::new(|| format!("{} ({LLAMA_CPP_BUIL
 /// Lowest time-to-first-token local inference behind an OpenAI-compatible API.
 #[derive(Parser)]
 #[command(version = VERSION.as_str())]
-pub struct Cli {
+pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -25,7 +25,7 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Serve a GGUF model over the OpenAI chat-completions API.
     Serve(ServeArgs),
     /// Measure cold/warm TTFT, tool calls, decode speed and an interleaved job on any
@@ -35,7 +35,7 @@ pub enum Command {
 
 /// `firstword serve`.
 #[derive(Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// The model and how it is loaded.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -56,7 +56,7 @@ pub struct ServeArgs {
 /// The model and how it is loaded.
 #[derive(Args)]
 #[command(next_help_heading = "Model")]
-pub struct ModelArgs {
+pub(crate) struct ModelArgs {
     /// Path of the GGUF model to serve.
     #[arg(short = 'm', long = "model", env = "FIRSTWORD_MODEL")]
     pub path: PathBuf,
@@ -77,7 +77,7 @@ pub struct ModelArgs {
 /// The live context: its size, threads and batches.
 #[derive(Args)]
 #[command(next_help_heading = "Context")]
-pub struct ContextArgs {
+pub(crate) struct ContextArgs {
     /// Context size in tokens [default: the model's training context, at most 8192].
     #[arg(short = 'c', long = "ctx-size", env = "FIRSTWORD_CTX_SIZE")]
     pub ctx_size: Option<u32>,
@@ -101,7 +101,7 @@ pub struct ContextArgs {
 /// The KV cache.
 #[derive(Args)]
 #[command(next_help_heading = "Cache")]
-pub struct CacheArgs {
+pub(crate) struct CacheArgs {
     /// For sliding-window models, keep a small window-sized KV cache instead of a full one.
     /// Saves memory; a turn that edits text older than the window is then prefilled in full.
     #[arg(long = "swa-small", env = "FIRSTWORD_SWA_SMALL")]
@@ -111,7 +111,7 @@ pub struct CacheArgs {
 /// Speculative decoding.
 #[derive(Args)]
 #[command(next_help_heading = "Speculative decoding")]
-pub struct SpeculationArgs {
+pub(crate) struct SpeculationArgs {
     /// Speculative decoding: auto (the model's MTP heads if the GGUF has NextN layers, else
     /// --draft-model if given, else none), none, mtp, or draft.
     #[arg(long, env = "FIRSTWORD_SPEC", value_enum, default_value = "auto")]
@@ -141,7 +141,7 @@ pub struct SpeculationArgs {
 /// Where the server listens and what it accepts.
 #[derive(Args)]
 #[command(next_help_heading = "Server")]
-pub struct ServerArgs {
+pub(crate) struct ServerArgs {
     /// Address to listen on. The default keeps the server on this machine.
     #[arg(long, env = "FIRSTWORD_HOST", default_value = "127.0.0.1")]
     pub host: String,
@@ -159,7 +159,7 @@ pub struct ServerArgs {
 
 /// `--flash-attn`.
 #[derive(Clone, Copy, ValueEnum)]
-pub enum FlashAttnArg {
+pub(crate) enum FlashAttnArg {
     /// llama.cpp decides per backend.
     Auto,
     /// Always.
@@ -170,7 +170,7 @@ pub enum FlashAttnArg {
 
 /// `--spec`.
 #[derive(Clone, Copy, ValueEnum)]
-pub enum SpecArg {
+pub(crate) enum SpecArg {
     /// MTP heads if the model has them, else the draft model if given, else none.
     Auto,
     /// No speculative decoding.
@@ -183,7 +183,7 @@ pub enum SpecArg {
 
 impl ServeArgs {
     /// The engine's configuration.
-    pub fn engine_config(&self) -> EngineConfig {
+    pub(crate) fn engine_config(&self) -> EngineConfig {
         let defaults = EngineConfig::new(&self.model.path);
         let (model, context, speculation) = (&self.model, &self.context, &self.speculation);
         EngineConfig {
@@ -225,7 +225,7 @@ impl ServeArgs {
 
 /// An engine error in the command line's terms: the flags to change instead of the
 /// [`EngineConfig`] fields the library names.
-pub fn in_flag_terms(error: &EngineError) -> String {
+pub(crate) fn in_flag_terms(error: &EngineError) -> String {
     match error {
         EngineError::SpeculationSetup(setup) => {
             let advice = match setup {
@@ -252,7 +252,7 @@ pub fn in_flag_terms(error: &EngineError) -> String {
 
 /// `firstword bench`.
 #[derive(Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Server base URL (repeat to compare servers; they run in turn each repetition).
     #[arg(long = "url", required = true)]
     pub urls: Vec<String>,
@@ -302,7 +302,7 @@ impl BenchArgs {
     ///
     /// # Errors
     /// The system prompt file cannot be read.
-    pub fn config(&self) -> anyhow::Result<BenchConfig> {
+    pub(crate) fn config(&self) -> anyhow::Result<BenchConfig> {
         let system_prompt = match &self.system_prompt_file {
             Some(path) => std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
             None => firstword::bench::synthetic_system_prompt(self.system_tokens),
@@ -330,7 +330,7 @@ impl BenchArgs {
     }
 
     /// Where the results go besides the terminal.
-    pub fn outputs(&self) -> Outputs {
+    pub(crate) fn outputs(&self) -> Outputs {
         Outputs { csv: self.csv.clone(), plot: self.plot.clone(), weights: self.weights }
     }
 }

@@ -23,26 +23,26 @@ pub(crate) const MAX_TOOLS: usize = 128;
 /// Limits on one JSON schema (a tool's parameters, or `response_format`).
 pub(crate) mod schema {
     /// Size of the schema as JSON text.
-    pub const MAX_BYTES: usize = 65_536;
+    pub(crate) const MAX_BYTES: usize = 65_536;
     /// Nesting of JSON objects and arrays in the schema document.
-    pub const MAX_DEPTH: usize = 64;
+    pub(crate) const MAX_DEPTH: usize = 64;
     /// JSON values in the schema document.
-    pub const MAX_NODES: usize = 10_000;
+    pub(crate) const MAX_NODES: usize = 10_000;
     /// `$ref` occurrences.
-    pub const MAX_REFS: usize = 100;
+    pub(crate) const MAX_REFS: usize = 100;
     /// Properties of one object.
-    pub const MAX_PROPERTIES: usize = 256;
+    pub(crate) const MAX_PROPERTIES: usize = 256;
     /// Properties of one object that are not `required` (the converter's cost is cubic in them).
-    pub const MAX_OPTIONAL_PROPERTIES: usize = 64;
+    pub(crate) const MAX_OPTIONAL_PROPERTIES: usize = 64;
     /// Entries of one `enum`, `anyOf`, `oneOf`, `allOf` or `prefixItems` list.
-    pub const MAX_ALTERNATIVES: usize = 500;
+    pub(crate) const MAX_ALTERNATIVES: usize = 500;
     /// Entries of all such lists together.
-    pub const MAX_TOTAL_ALTERNATIVES: usize = 1_000;
+    pub(crate) const MAX_TOTAL_ALTERNATIVES: usize = 1_000;
     /// Largest `minLength`/`maxLength`/`minItems`/`maxItems`/`minProperties`/`maxProperties`,
     /// and largest repetition count in a `pattern` (each becomes that many grammar rules).
-    pub const MAX_REPETITION: u64 = 10_000;
+    pub(crate) const MAX_REPETITION: u64 = 10_000;
     /// Longest `pattern`, in bytes.
-    pub const MAX_PATTERN_BYTES: usize = 1_000;
+    pub(crate) const MAX_PATTERN_BYTES: usize = 1_000;
 }
 
 /// Checks stop strings against [`MAX_STOP_STRINGS`] and [`MAX_STOP_BYTES`].

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 /// `POST /v1/chat/completions` body.
 #[derive(Debug, Deserialize)]
-pub struct ChatCompletionRequest {
+pub(super) struct ChatCompletionRequest {
     pub model: Option<String>,
     pub messages: Vec<WireMessage>,
     pub stream: Option<bool>,
@@ -37,21 +37,21 @@ pub struct ChatCompletionRequest {
 
 /// `stream_options`.
 #[derive(Debug, Deserialize)]
-pub struct StreamOptions {
+pub(super) struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
 /// `stop`: one string or several.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum Stop {
+pub(super) enum Stop {
     One(String),
     Many(Vec<String>),
 }
 
 /// One message as clients send it.
 #[derive(Debug, Deserialize)]
-pub struct WireMessage {
+pub(super) struct WireMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
@@ -63,14 +63,14 @@ pub struct WireMessage {
 /// `content`: a string or an array of typed parts.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum Content {
+pub(super) enum Content {
     Text(String),
     Parts(Vec<ContentPart>),
 }
 
 /// One content part; only `text` parts have a backend here.
 #[derive(Debug, Deserialize)]
-pub struct ContentPart {
+pub(super) struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
@@ -78,14 +78,14 @@ pub struct ContentPart {
 
 /// A tool call in an assistant message of the history.
 #[derive(Debug, Deserialize)]
-pub struct WireToolCall {
+pub(super) struct WireToolCall {
     pub id: Option<String>,
     pub function: WireFunctionCall,
 }
 
 /// The function part of a tool call.
 #[derive(Debug, Deserialize)]
-pub struct WireFunctionCall {
+pub(super) struct WireFunctionCall {
     pub name: String,
     /// JSON text per the spec; some clients send an object.
     pub arguments: Option<Value>,
@@ -93,7 +93,7 @@ pub struct WireFunctionCall {
 
 /// `usage` in responses.
 #[derive(Debug, Serialize)]
-pub struct WireUsage {
+pub(super) struct WireUsage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub total_tokens: u32,
@@ -102,13 +102,13 @@ pub struct WireUsage {
 
 /// `usage.prompt_tokens_details`.
 #[derive(Debug, Serialize)]
-pub struct PromptTokensDetails {
+pub(super) struct PromptTokensDetails {
     pub cached_tokens: u32,
 }
 
 /// llama-server's `timings` object.
 #[derive(Debug, Serialize)]
-pub struct WireTimings {
+pub(super) struct WireTimings {
     pub cache_n: u32,
     pub prompt_n: u32,
     pub prompt_ms: f64,
@@ -128,7 +128,7 @@ pub struct WireTimings {
 
 /// Non-streaming response.
 #[derive(Debug, Serialize)]
-pub struct ChatCompletion<'a> {
+pub(super) struct ChatCompletion<'a> {
     pub id: &'a str,
     pub object: &'static str,
     pub created: u64,
@@ -141,7 +141,7 @@ pub struct ChatCompletion<'a> {
 
 /// The one choice of a non-streaming response.
 #[derive(Debug, Serialize)]
-pub struct Choice {
+pub(super) struct Choice {
     pub index: u32,
     pub message: ResponseMessage,
     pub finish_reason: &'static str,
@@ -150,7 +150,7 @@ pub struct Choice {
 
 /// The assistant's message. `content` is null when the reply is only tool calls.
 #[derive(Debug, Serialize)]
-pub struct ResponseMessage {
+pub(super) struct ResponseMessage {
     pub role: &'static str,
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -159,7 +159,7 @@ pub struct ResponseMessage {
 
 /// A complete tool call of a non-streaming response.
 #[derive(Debug, Serialize)]
-pub struct ResponseToolCall {
+pub(super) struct ResponseToolCall {
     pub id: String,
     #[serde(rename = "type")]
     pub kind: &'static str,
@@ -168,14 +168,14 @@ pub struct ResponseToolCall {
 
 /// A called function and its arguments (JSON text).
 #[derive(Debug, Serialize)]
-pub struct FunctionCall {
+pub(super) struct FunctionCall {
     pub name: String,
     pub arguments: String,
 }
 
 /// One streaming chunk.
 #[derive(Debug, Serialize)]
-pub struct ChatCompletionChunk<'a> {
+pub(super) struct ChatCompletionChunk<'a> {
     pub id: &'a str,
     pub object: &'static str,
     pub created: u64,
@@ -190,7 +190,7 @@ pub struct ChatCompletionChunk<'a> {
 
 /// The choice of a chunk.
 #[derive(Debug, Serialize)]
-pub struct ChunkChoice {
+pub(super) struct ChunkChoice {
     pub index: u32,
     pub delta: Delta,
     pub finish_reason: Option<&'static str>,
@@ -199,7 +199,7 @@ pub struct ChunkChoice {
 
 /// What a chunk adds.
 #[derive(Debug, Default, Serialize)]
-pub struct Delta {
+pub(super) struct Delta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -212,7 +212,7 @@ pub struct Delta {
 /// (with empty arguments); later ones only argument fragments, so concatenating clients never
 /// see a name or id twice.
 #[derive(Debug, Serialize)]
-pub struct ToolCallDelta {
+pub(super) struct ToolCallDelta {
     pub index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
@@ -223,7 +223,7 @@ pub struct ToolCallDelta {
 
 /// The function part of a [`ToolCallDelta`].
 #[derive(Debug, Serialize)]
-pub struct FunctionDelta {
+pub(super) struct FunctionDelta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     pub arguments: String,
@@ -231,14 +231,14 @@ pub struct FunctionDelta {
 
 /// `GET /v1/models` body.
 #[derive(Debug, Serialize)]
-pub struct ModelList {
+pub(super) struct ModelList {
     pub object: &'static str,
     pub data: Vec<ModelCard>,
 }
 
 /// One model of the list.
 #[derive(Debug, Serialize)]
-pub struct ModelCard {
+pub(super) struct ModelCard {
     pub id: String,
     pub object: &'static str,
     pub created: u64,
@@ -248,7 +248,7 @@ pub struct ModelCard {
 
 /// Extra facts about the model (llama-server shows similar ones).
 #[derive(Debug, Serialize)]
-pub struct ModelMeta {
+pub(super) struct ModelMeta {
     pub architecture: String,
     pub n_ctx: u32,
     pub n_ctx_train: u32,

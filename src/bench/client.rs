@@ -9,7 +9,7 @@ use super::report::Row;
 
 /// A streamed tool call as rebuilt from its deltas.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StreamedCall {
+pub(super) struct StreamedCall {
     /// `id`, from the call's first delta.
     pub id: String,
     /// The function name.
@@ -22,7 +22,7 @@ pub struct StreamedCall {
 
 /// What the server replied to one request, streamed or not.
 #[derive(Debug, Default)]
-pub struct ServerReply {
+pub(super) struct ServerReply {
     /// Content text.
     pub content: String,
     /// Tool calls (streamed or not).
@@ -54,7 +54,7 @@ pub fn sse_data(text: &str) -> impl Iterator<Item = &str> {
 
 /// Sends one request and fills the row's timings, tokens and status. Never fails: problems
 /// end up in `row.error`.
-pub async fn send(client: &reqwest::Client, base: &str, body: &Value, row: &mut Row) -> ServerReply {
+pub(super) async fn send(client: &reqwest::Client, base: &str, body: &Value, row: &mut Row) -> ServerReply {
     let start = Instant::now();
     match exchange(client, base, body, row, start).await {
         Ok(reply) => {

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-pub mod tools;
+pub(crate) mod tools;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -12,23 +12,23 @@ use firstword::{Engine, EngineConfig, Event, FinishReason, GenerationRequest, Us
 use serde_json::{json, Value};
 
 /// The default model (fetched by `make test`; a missing file fails the test run).
-pub fn smollm2_path() -> PathBuf {
+pub(crate) fn smollm2_path() -> PathBuf {
     model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
 /// The sliding-window test model, which has no chat template.
-pub fn gemma3_path() -> PathBuf {
+pub(crate) fn gemma3_path() -> PathBuf {
     model_path("gemma-3-270m-q4_k_m.gguf")
 }
 
 /// The tiny generated `hy_v3` model with one MTP (NextN) layer and SmolLM2's tokenizer
 /// (written by scripts/fixtures.sh, which `make test` runs).
-pub fn tiny_mtp_path() -> PathBuf {
+pub(crate) fn tiny_mtp_path() -> PathBuf {
     model_path("tiny-mtp.gguf")
 }
 
 /// The same tiny MTP model with a 260-token vocabulary of its own.
-pub fn tiny_mtp_vocab260_path() -> PathBuf {
+pub(crate) fn tiny_mtp_vocab260_path() -> PathBuf {
     model_path("tiny-mtp-vocab260.gguf")
 }
 
@@ -43,12 +43,12 @@ fn model_path(file: &str) -> PathBuf {
 }
 
 /// Engine settings for tests: small context, fixed threads.
-pub fn test_config(path: PathBuf) -> EngineConfig {
+pub(crate) fn test_config(path: PathBuf) -> EngineConfig {
     EngineConfig { ctx_size: Some(4096), threads: 2, threads_batch: 2, ..EngineConfig::new(path) }
 }
 
 /// A running server.
-pub struct TestServer {
+pub(crate) struct TestServer {
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     /// The engine behind it.
@@ -57,7 +57,7 @@ pub struct TestServer {
 
 /// A server shared by the tests of one test binary, started on first use, one test at a time:
 /// tests look at the cache, so their requests must not interleave.
-pub struct SharedServer {
+pub(crate) struct SharedServer {
     model: fn() -> PathBuf,
     server: OnceLock<TestServer>,
     lock: tokio::sync::Mutex<()>,
@@ -65,13 +65,13 @@ pub struct SharedServer {
 
 impl SharedServer {
     /// A server over the model at `model()`, not started yet.
-    pub const fn new(model: fn() -> PathBuf) -> Self {
+    pub(crate) const fn new(model: fn() -> PathBuf) -> Self {
         Self { model, server: OnceLock::new(), lock: tokio::sync::Mutex::const_new(()) }
     }
 
     /// Waits for the other tests, then starts the server if it is not running yet (on
     /// 127.0.0.1:0, on its own runtime thread). Hold the guard for the whole test.
-    pub async fn exclusive(&'static self) -> (ServerLock, &'static TestServer) {
+    pub(crate) async fn exclusive(&'static self) -> (ServerLock, &'static TestServer) {
         let guard = self.lock.lock().await;
         let server = self.server.get_or_init(|| {
             let engine = Engine::start(test_config((self.model)())).expect("the test model loads");
@@ -82,7 +82,7 @@ impl SharedServer {
 }
 
 /// The shared server over SmolLM2, for one test at a time (see [`SharedServer::exclusive`]).
-pub async fn exclusive_server() -> (ServerLock, &'static TestServer) {
+pub(crate) async fn exclusive_server() -> (ServerLock, &'static TestServer) {
     static SMOLLM2: SharedServer = SharedServer::new(smollm2_path);
     SMOLLM2.exclusive().await
 }
@@ -90,7 +90,7 @@ pub async fn exclusive_server() -> (ServerLock, &'static TestServer) {
 /// Exclusive use of the shared server. Dropping it waits until the engine is idle: the shared
 /// engine lives in a static, and a test binary that exits while llama.cpp still works (the
 /// cache upkeep after a reply) can crash in llama.cpp's teardown.
-pub struct ServerLock {
+pub(crate) struct ServerLock {
     _guard: tokio::sync::MutexGuard<'static, ()>,
     engine: Engine,
 }
@@ -110,13 +110,13 @@ impl Drop for TestServer {
 }
 
 /// A long system prompt of roughly `approx_tokens` tokens (varied text, like a real one).
-pub fn long_system_prompt(approx_tokens: usize) -> String {
+pub(crate) fn long_system_prompt(approx_tokens: usize) -> String {
     firstword::bench::synthetic_system_prompt(approx_tokens)
 }
 
 /// One parsed SSE `data:` payload.
 #[derive(Debug, Clone, PartialEq)]
-pub enum SseData {
+pub(crate) enum SseData {
     /// A JSON chunk (or error event).
     Json(Value),
     /// `[DONE]`.
@@ -125,7 +125,7 @@ pub enum SseData {
 
 /// An SSE body's `data:` payloads (comments and keep-alives skipped), read as the benchmark
 /// reads them ([`firstword::bench::sse_data`]).
-pub fn parse_sse(body: &str) -> Vec<SseData> {
+pub(crate) fn parse_sse(body: &str) -> Vec<SseData> {
     firstword::bench::sse_data(body)
         .map(|data| {
             if data == "[DONE]" {
@@ -138,7 +138,7 @@ pub fn parse_sse(body: &str) -> Vec<SseData> {
 }
 
 /// The JSON chunks of a stream (`[DONE]` left out).
-pub fn chunks(events: &[SseData]) -> Vec<&Value> {
+pub(crate) fn chunks(events: &[SseData]) -> Vec<&Value> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -149,7 +149,7 @@ pub fn chunks(events: &[SseData]) -> Vec<&Value> {
 }
 
 /// Posts a chat completion; returns the status and the JSON body.
-pub async fn post(base: &str, body: &Value) -> (u16, Value) {
+pub(crate) async fn post(base: &str, body: &Value) -> (u16, Value) {
     let response =
         reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
     let status = response.status().as_u16();
@@ -158,7 +158,7 @@ pub async fn post(base: &str, body: &Value) -> (u16, Value) {
 
 /// Posts a streamed chat completion; checks that the answer is an event stream and returns
 /// the status and the stream's payloads.
-pub async fn post_stream(base: &str, body: &Value) -> (u16, Vec<SseData>) {
+pub(crate) async fn post_stream(base: &str, body: &Value) -> (u16, Vec<SseData>) {
     let response =
         reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
     let status = response.status().as_u16();
@@ -172,7 +172,7 @@ pub async fn post_stream(base: &str, body: &Value) -> (u16, Vec<SseData>) {
 
 /// Posts `body` with `stream: true`; checks for status 200 and a stream that ends with
 /// `[DONE]`, and returns its JSON chunks.
-pub async fn stream_chunks(base: &str, body: &Value) -> Vec<Value> {
+pub(crate) async fn stream_chunks(base: &str, body: &Value) -> Vec<Value> {
     let mut body = body.clone();
     body["stream"] = json!(true);
     let (status, events) = post_stream(base, &body).await;
@@ -182,7 +182,7 @@ pub async fn stream_chunks(base: &str, body: &Value) -> Vec<Value> {
 }
 
 /// How a generation ended, with all its text.
-pub struct Generated {
+pub(crate) struct Generated {
     /// All the text, in order.
     pub text: String,
     /// Why it ended.
@@ -195,7 +195,7 @@ pub struct Generated {
 
 /// Submits `request` and reads its events to the end (blocking); panics if the generation
 /// fails or ends without [`Event::Finished`].
-pub fn generate(engine: &Engine, request: GenerationRequest) -> Generated {
+pub(crate) fn generate(engine: &Engine, request: GenerationRequest) -> Generated {
     let mut generation = engine.submit(request).expect("submitted");
     let mut text = String::new();
     while let Some(event) = generation.next_blocking() {
@@ -210,7 +210,7 @@ pub fn generate(engine: &Engine, request: GenerationRequest) -> Generated {
 }
 
 /// Starts a dedicated server over `engine` on 127.0.0.1:0 (for tests needing special settings).
-pub fn spawn_server(engine: Engine) -> TestServer {
+pub(crate) fn spawn_server(engine: Engine) -> TestServer {
     let (tx, rx) = std::sync::mpsc::channel();
     let served = engine.clone();
     std::thread::spawn(move || {

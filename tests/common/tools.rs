@@ -9,7 +9,7 @@ use super::{post, stream_chunks, TestServer};
 
 /// The tools the tests declare: the benchmark's `get_weather` and a kitchen timer whose
 /// `minutes` are bounded (1..=600).
-pub fn tools() -> Value {
+pub(crate) fn tools() -> Value {
     json!([
         firstword::bench::weather_tool(),
         {"type": "function", "function": {"name": "set_timer", "description": "Start a kitchen timer",
@@ -19,7 +19,7 @@ pub fn tools() -> Value {
 }
 
 /// [`tools`] as engine-level definitions.
-pub fn tool_definitions() -> Vec<ToolDefinition> {
+pub(crate) fn tool_definitions() -> Vec<ToolDefinition> {
     tools()
         .as_array()
         .expect("tools")
@@ -33,7 +33,7 @@ pub fn tool_definitions() -> Vec<ToolDefinition> {
 }
 
 /// Voice-assistant requests that want one of [`tools`].
-pub const REQUESTS: [&str; 5] = [
+pub(crate) const REQUESTS: [&str; 5] = [
     "What's the weather in Paris?",
     "Set a timer for ten minutes please.",
     "Is it cold in Oslo right now, in fahrenheit?",
@@ -42,7 +42,7 @@ pub const REQUESTS: [&str; 5] = [
 ];
 
 /// Checks arguments against the test tools' schemas by hand (independently of the server).
-pub fn check_call(name: &str, arguments: &str) -> Result<(), String> {
+pub(crate) fn check_call(name: &str, arguments: &str) -> Result<(), String> {
     let args: Value = serde_json::from_str(arguments).map_err(|e| format!("not JSON ({e}): {arguments}"))?;
     let object = args.as_object().ok_or(format!("not an object: {arguments}"))?;
     match name {
@@ -63,7 +63,7 @@ pub fn check_call(name: &str, arguments: &str) -> Result<(), String> {
 
 /// Checks every complete call of a non-streamed answer (the token limit may cut the last one);
 /// returns how many there were. `context` starts the panic message.
-pub fn check_complete_calls(answer: &Value, context: &str) -> usize {
+pub(crate) fn check_complete_calls(answer: &Value, context: &str) -> usize {
     let Some(calls) = answer["choices"][0]["message"]["tool_calls"].as_array() else { return 0 };
     let complete = if answer["choices"][0]["finish_reason"] == "length" { calls.len() - 1 } else { calls.len() };
     for call in &calls[..complete] {
@@ -76,7 +76,7 @@ pub fn check_complete_calls(answer: &Value, context: &str) -> usize {
     complete
 }
 
-pub fn request(system: &str, user: &str, choice: Value, extra: Value) -> Value {
+pub(crate) fn request(system: &str, user: &str, choice: Value, extra: Value) -> Value {
     let mut body = json!({
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
         "tools": tools(), "tool_choice": choice, "max_tokens": 96
@@ -88,7 +88,7 @@ pub fn request(system: &str, user: &str, choice: Value, extra: Value) -> Value {
 }
 
 /// 20 forced calls (required and named, varied prompts, sampled): all parse and validate.
-pub async fn forced_calls_always_validate(server: &TestServer) -> (usize, usize) {
+pub(crate) async fn forced_calls_always_validate(server: &TestServer) -> (usize, usize) {
     let mut passed = (0, 0);
     for i in 0..20u64 {
         let user = REQUESTS[i as usize % REQUESTS.len()];
@@ -132,7 +132,7 @@ pub async fn forced_calls_always_validate(server: &TestServer) -> (usize, usize)
 }
 
 /// Greedy: the streamed deltas rebuild exactly the non-streamed calls; id and name come once.
-pub async fn streamed_calls_match_the_answer(server: &TestServer) {
+pub(crate) async fn streamed_calls_match_the_answer(server: &TestServer) {
     let body = request(
         "You are a home assistant.",
         "Weather in Berlin in celsius?",
@@ -189,7 +189,7 @@ pub async fn streamed_calls_match_the_answer(server: &TestServer) {
 }
 
 /// A JSON-schema reply validates.
-pub async fn json_schema_replies_validate(server: &TestServer) {
+pub(crate) async fn json_schema_replies_validate(server: &TestServer) {
     let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "celsius": {"type": "integer"}},
         "required": ["city", "celsius"], "additionalProperties": false});
     for (i, user) in ["Paris is 21 degrees.", "It is -3 in Oslo.", "Describe the weather in Rome."].iter().enumerate() {
@@ -225,7 +225,7 @@ async fn shared_prompt_tokens(engine: &Engine, a: Vec<ChatMessage>, b: Vec<ChatM
 }
 
 /// The turn after a tool result is served from the cache: everything before the tool result.
-pub async fn follow_up_after_a_tool_result_is_cached(server: &TestServer) -> (u64, u64, u64) {
+pub(crate) async fn follow_up_after_a_tool_result_is_cached(server: &TestServer) -> (u64, u64, u64) {
     let system = super::long_system_prompt(600);
     let first =
         request(&system, "What's the weather in Madrid in celsius?", json!("required"), json!({"temperature": 0}));
@@ -277,7 +277,7 @@ pub async fn follow_up_after_a_tool_result_is_cached(server: &TestServer) -> (u6
 }
 
 /// `auto`: whatever the model does, markers never reach the content.
-pub async fn auto_never_leaks_markers(server: &TestServer) {
+pub(crate) async fn auto_never_leaks_markers(server: &TestServer) {
     for (i, user) in REQUESTS.iter().enumerate() {
         let body = request(
             "You are a home assistant. Use the tools when they help.",
