@@ -95,7 +95,7 @@ struct Session<'m> {
 }
 
 /// A reply generated to its end, its last event not sent yet.
-struct Answer {
+struct CompletedReply {
     /// [`Event::Finished`].
     finished: Event,
     /// The reply's text, as sent.
@@ -193,8 +193,8 @@ impl<'m> Session<'m> {
             PromptInput::Text(text) => Some(text.clone()),
             PromptInput::Tokens(_) => None,
         };
-        match self.answer(prompt, &request, &events, &finish_requested) {
-            Ok(Answer { finished, text }) => {
+        match self.run_steps(prompt, &request, &events, &finish_requested) {
+            Ok(CompletedReply { finished, text }) => {
                 let _ = events.send(finished);
                 if let Some(prompt_text) = prompt_text {
                     self.align_with_text(prompt_text + &text);
@@ -213,13 +213,13 @@ impl<'m> Session<'m> {
 
     /// One request's steps, up to its complete reply: tokenize, check the limits, reuse the
     /// cached prefix, prefill the rest, generate.
-    fn answer(
+    fn run_steps(
         &mut self,
         prompt: PromptInput,
         request: &GenerationRequest,
         events: &UnboundedSender<Event>,
         finish_requested: &AtomicBool,
-    ) -> Result<Answer, Halt> {
+    ) -> Result<CompletedReply, Halt> {
         let tokens = self.tokenize(prompt)?;
         let prompt_tokens = tokens.len() as u32;
         let limit = self.limit(prompt_tokens, request.max_tokens)?;
@@ -248,7 +248,7 @@ impl<'m> Session<'m> {
         let usage = Usage { prompt_tokens, cached_tokens, completion_tokens: reply.tokens() };
         let draft = self.sequence.speculates().then(|| speculating.stats(self.sequence.take_catch_up()));
         let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed(), draft };
-        Ok(Answer { finished: Event::Finished { reason, usage, timings }, text: reply.into_text() })
+        Ok(CompletedReply { finished: Event::Finished { reason, usage, timings }, text: reply.into_text() })
     }
 
     /// The most tokens a reply to `prompt_tokens` may have: the request's `max_tokens`, else
