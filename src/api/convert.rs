@@ -61,9 +61,9 @@ impl ChatCompletionRequest {
             return Err(ApiError::invalid("logprobs", "logprobs are not supported by this server"));
         }
         let messages = convert_messages(self.messages)?;
-        let specs = convert_tools(self.tools.unwrap_or_default())?;
+        let definitions = convert_tools(self.tools.unwrap_or_default())?;
         let choice = convert_tool_choice(self.tool_choice)?;
-        let tools = ToolSet::new(specs.clone())?;
+        let tools = ToolSet::new(definitions.clone())?;
         tools.check_choice(&choice)?;
         let schema = convert_response_format(self.response_format)?;
         let parallel = self.parallel_tool_calls.unwrap_or(true);
@@ -125,7 +125,7 @@ impl ChatCompletionRequest {
         let include_usage = self.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
         Ok(ChatJob {
             request: GenerationRequest {
-                prompt: Prompt::Chat { messages, tools: specs },
+                prompt: Prompt::Chat { messages, tools: definitions },
                 max_tokens,
                 stop,
                 sampling,
