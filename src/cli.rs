@@ -106,6 +106,13 @@ pub(crate) struct CacheArgs {
     /// Saves memory; a turn that edits text older than the window is then prefilled in full.
     #[arg(long = "swa-small", env = "FIRSTWORD_SWA_SMALL")]
     pub swa_small: bool,
+    /// Host RAM (MiB) for the KV states of other prompts, so an interleaved request does not
+    /// cost the conversation its cache; 0 turns the store off.
+    #[arg(long = "cache-ram", value_name = "MIB", env = "FIRSTWORD_CACHE_RAM", default_value_t = EngineConfig::DEFAULT_CACHE_RAM_MIB)]
+    pub cache_ram: u64,
+    /// Shortest cached sequence (tokens) worth saving before another prompt takes the context.
+    #[arg(long = "cache-min-tokens", env = "FIRSTWORD_CACHE_MIN_TOKENS", default_value_t = EngineConfig::DEFAULT_CACHE_MIN_TOKENS)]
+    pub cache_min_tokens: u32,
 }
 
 /// Speculative decoding.
@@ -199,6 +206,8 @@ impl ServeArgs {
                 FlashAttnArg::Off => FlashAttention::Off,
             },
             swa_full: !self.cache.swa_small,
+            cache_ram_mib: self.cache.cache_ram,
+            cache_min_tokens: self.cache.cache_min_tokens,
             mlock: model.mlock,
             mmap: !model.no_mmap,
             chat_template_file: model.chat_template_file.clone(),
@@ -245,6 +254,9 @@ pub(crate) fn in_flag_terms(error: &EngineError) -> String {
             format!("speculative decoding: {advice}")
         }
         EngineError::TemplateSetup(_) => format!("{error} (--chat-template-file)"),
+        EngineError::CacheBudget { requested_mib, available_mib } => format!(
+            "--cache-ram {requested_mib} is more than the {available_mib} MiB of memory available; lower it (0 turns the state store off)"
+        ),
         EngineError::ContextCreate { .. } => format!("{error} (-c/--ctx-size sets the context size)"),
         other => other.to_string(),
     }

@@ -50,6 +50,11 @@ pub struct EngineConfig {
     pub n_predict: Option<u32>,
     /// Speculative decoding (MTP heads or a draft model).
     pub speculation: super::SpeculationConfig,
+    /// Host RAM, in MiB, for the KV states of other prompts (the state store): a request with
+    /// another prefix no longer costs the conversation its cache. 0 turns the store off.
+    pub cache_ram_mib: u64,
+    /// Shortest cached sequence worth saving to the store before another prefix takes over.
+    pub cache_min_tokens: u32,
 }
 
 impl EngineConfig {
@@ -64,6 +69,11 @@ impl EngineConfig {
     /// Default cap on generated tokens when a request sets none: a model caught in a loop
     /// stops after about half a minute at small-model speeds instead of filling the context.
     pub const DEFAULT_N_PREDICT: u32 = 2048;
+    /// Default state-store budget in MiB (llama-server's `--cache-ram` is 8192; a 4K-token
+    /// state of a small model is tens of MiB).
+    pub const DEFAULT_CACHE_RAM_MIB: u64 = 2048;
+    /// Default shortest sequence worth saving to the state store.
+    pub const DEFAULT_CACHE_MIN_TOKENS: u32 = 256;
 
     /// Defaults for a model path: sizes like llama-server's, threads = physical cores.
     #[must_use]
@@ -85,6 +95,8 @@ impl EngineConfig {
             queue_size: Self::DEFAULT_QUEUE_SIZE,
             n_predict: Some(Self::DEFAULT_N_PREDICT),
             speculation: super::SpeculationConfig::default(),
+            cache_ram_mib: Self::DEFAULT_CACHE_RAM_MIB,
+            cache_min_tokens: Self::DEFAULT_CACHE_MIN_TOKENS,
         }
     }
 }

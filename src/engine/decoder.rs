@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::speculative::MtpSpeculative;
@@ -260,6 +261,33 @@ impl<'m> Decoder<'m> {
             Self::Plain(ctx) => ctx,
             Self::Mtp(mtp) => mtp.spec.target_context_mut(),
             Self::Model(model) => &mut model.target,
+        }
+    }
+
+    /// The target's sequence state, for the state store. Plain decoding only: a drafter's
+    /// context would not follow a restore.
+    pub(crate) fn save_target(&self) -> Option<SeqState> {
+        match self {
+            Self::Plain(ctx) => ctx
+                .state_seq_get(0, LlamaStateSeqFlags::empty())
+                .map_err(|e| tracing::warn!("saving the KV state failed: {e}"))
+                .ok(),
+            _ => None,
+        }
+    }
+
+    /// Replaces the target's cache with a saved state. False, and the cache empty, when
+    /// llama.cpp refused it.
+    pub(crate) fn restore_target(&mut self, state: &SeqState) -> bool {
+        let Self::Plain(ctx) = self else { return false };
+        ctx.clear_kv_cache();
+        match ctx.state_seq_set(state, 0) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("restoring a KV state failed: {e}");
+                ctx.clear_kv_cache();
+                false
+            }
         }
     }
 

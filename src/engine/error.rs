@@ -33,6 +33,14 @@ pub enum EngineError {
     /// Speculative decoding cannot run as configured.
     #[error("speculative decoding: {0}")]
     SpeculationSetup(#[from] SpeculationError),
+    /// The state store's budget (`cache_ram_mib`) is larger than the memory available.
+    #[error("`cache_ram_mib` is {requested_mib} MiB but only {available_mib} MiB of memory is available")]
+    CacheBudget {
+        /// The budget asked for.
+        requested_mib: u64,
+        /// `MemAvailable` at start-up.
+        available_mib: u64,
+    },
     /// No usable chat template could be found or compiled.
     #[error("chat template: {0}")]
     TemplateSetup(String),

@@ -16,6 +16,7 @@ mod request;
 mod sampling;
 mod sequence;
 mod speculation;
+mod store;
 mod text;
 mod worker;
 

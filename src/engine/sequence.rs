@@ -3,12 +3,21 @@
 //! list never disagrees with the cache, and the guards that keep a reused prefix correct (the
 //! sliding window, recurrent state that rolls back only so far) sit in one place.
 
+use std::time::Instant;
+
+use llama_cpp_2::context::session::SeqState;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::token::LlamaToken;
 
 use super::decoder::{BatchKind, Decoder, Proposal};
 use super::prefix::{common_prefix_len, plan_reuse, window_covers};
+use super::store::StateStore;
 use super::EngineError;
+
+/// How many more prompt tokens a stored entry must spare than the live sequence before it is
+/// restored: a restore copies the whole state (a few ms for thousands of tokens of a small
+/// model), which a handful of prefilled tokens would cost as well.
+const RESTORE_MARGIN: usize = 32;
 
 /// The token list the KV cache holds (prompt and generated tokens), with the cache itself.
 pub(crate) struct LiveSequence<'m> {
@@ -25,6 +34,10 @@ pub(crate) struct LiveSequence<'m> {
     rs_snapshots: usize,
     /// How many of the last cached positions the cache can drop now (recurrent models).
     rewindable: usize,
+    /// Other prompts' states in RAM; `None` when off.
+    store: Option<StateStore<SeqState>>,
+    /// Shortest sequence worth saving to the store.
+    min_save: usize,
 }
 
 impl<'m> LiveSequence<'m> {
@@ -37,7 +50,29 @@ impl<'m> LiveSequence<'m> {
         recurrent: bool,
         rs_snapshots: usize,
     ) -> Self {
-        Self { decoder, cached: Vec::new(), n_batch, n_swa, recurrent, rs_snapshots, rewindable: 0 }
+        Self {
+            decoder,
+            cached: Vec::new(),
+            n_batch,
+            n_swa,
+            recurrent,
+            rs_snapshots,
+            rewindable: 0,
+            store: None,
+            min_save: usize::MAX,
+        }
+    }
+
+    /// Keeps other prompts' states in up to `budget` bytes of RAM, saving a sequence of at
+    /// least `min_save` tokens before another prompt displaces it. Plain decoding only (a
+    /// drafter's context would not follow a restore); false where it stays off.
+    pub(crate) fn keep_states(&mut self, budget: usize, min_save: usize) -> bool {
+        if budget == 0 || self.decoder.speculates() {
+            return false;
+        }
+        self.store = Some(StateStore::new(budget));
+        self.min_save = min_save.max(1);
+        true
     }
 
     /// The tokens the cache holds, in position order.
@@ -63,19 +98,13 @@ impl<'m> LiveSequence<'m> {
     /// Cuts the cache to the longest prefix it shares with `tokens` that it can still continue
     /// from correctly; returns how many tokens it kept. At least the last token of `tokens` is
     /// left to evaluate, so its logits are fresh. Where the sliding window already dropped
-    /// what the prefix needs, or the cache cannot be cut there, it is emptied.
+    /// what the prefix needs, or the cache cannot be cut there, it is emptied. With the state
+    /// store on, a stored state that spares more of `tokens` replaces the live one, and a live
+    /// sequence about to lose much of what it holds is saved first.
     pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> usize {
-        let mut keep = plan_reuse(&self.cached, tokens);
-        let pos_min = self.decoder.target().kv_cache_seq_pos_min(0);
-        tracing::debug!(keep, cached = self.cached.len(), prompt = tokens.len(), pos_min, "prefix reuse");
-        if keep > 0 && !window_covers(pos_min, keep, self.n_swa) {
-            tracing::info!(
-                keep,
-                n_swa = self.n_swa,
-                pos_min,
-                "the sliding-window cache no longer holds what this prefix needs; prefilling in full"
-            );
-            keep = 0;
+        let mut keep = self.reusable(tokens);
+        if self.store.is_some() {
+            keep = self.consult_store(tokens, keep);
         }
         if keep > 0 && !self.cut(keep) {
             tracing::warn!(keep, cached = self.cached.len(), "the KV cache cannot be cut there; prefilling in full");
@@ -85,6 +114,70 @@ impl<'m> LiveSequence<'m> {
             self.clear();
         }
         keep
+    }
+
+    /// How much of the cache `tokens` can reuse: the shared prefix, if the sliding window
+    /// still holds what it needs.
+    fn reusable(&self, tokens: &[LlamaToken]) -> usize {
+        let keep = plan_reuse(&self.cached, tokens);
+        let pos_min = self.decoder.target().kv_cache_seq_pos_min(0);
+        tracing::debug!(keep, cached = self.cached.len(), prompt = tokens.len(), pos_min, "prefix reuse");
+        if keep > 0 && !window_covers(pos_min, keep, self.n_swa) {
+            tracing::info!(
+                keep,
+                n_swa = self.n_swa,
+                pos_min,
+                "the sliding-window cache no longer holds what this prefix needs; prefilling in full"
+            );
+            return 0;
+        }
+        keep
+    }
+
+    /// Saves the live sequence if `keep` drops much of it, and restores the stored state that
+    /// spares the most of `tokens` when it beats the live one; returns what is reusable then.
+    fn consult_store(&mut self, tokens: &[LlamaToken], keep: usize) -> usize {
+        let Some(store) = self.store.as_mut() else { return keep };
+        // A model whose cache cannot be cut after a restore uses only entries it continues.
+        let candidate = store.best(tokens, self.recurrent).filter(|c| c.reusable >= keep + RESTORE_MARGIN);
+        let entry = candidate.map(|c| store.take(c.index));
+        let kept = if entry.is_some() { 0 } else { keep };
+        if self.cached.len() >= self.min_save && self.cached.len() - kept >= self.min_save {
+            self.save();
+        }
+        let Some(entry) = entry else { return keep };
+        let started = Instant::now();
+        self.rewindable = 0;
+        if !self.decoder.restore_target(&entry.state) {
+            self.cached.clear();
+            return 0;
+        }
+        self.cached = entry.tokens;
+        tracing::debug!(
+            tokens = self.cached.len(),
+            mib = entry.state.byte_len() >> 20,
+            ms = started.elapsed().as_secs_f32() * 1000.0,
+            "restored a stored KV state"
+        );
+        self.reusable(tokens)
+    }
+
+    /// Copies the live sequence's state into the store.
+    fn save(&mut self) {
+        let started = Instant::now();
+        let Some(state) = self.decoder.save_target() else { return };
+        let bytes = state.byte_len();
+        let Some(store) = self.store.as_mut() else { return };
+        let saved = store.insert(self.cached.clone(), state);
+        tracing::debug!(
+            saved,
+            tokens = self.cached.len(),
+            mib = bytes >> 20,
+            ms = started.elapsed().as_secs_f32() * 1000.0,
+            entries = store.len(),
+            used_mib = store.used() >> 20,
+            "saved the live KV state before another prompt takes the context"
+        );
     }
 
     /// Drops every cached position from `keep` on. False, and nothing cut, where the cache

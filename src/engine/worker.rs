@@ -43,6 +43,9 @@ pub(super) fn run(
     commands: &Receiver<Command>,
     shutting_down: &AtomicBool,
 ) {
+    if let Err(e) = check_cache_budget(config.cache_ram_mib) {
+        return report(Err(e));
+    }
     let Models { backend, model, draft_model, plan } = match Models::load(config) {
         Ok(models) => models,
         Err(e) => return report(Err(e)),
@@ -117,7 +120,11 @@ impl<'m> Session<'m> {
         let n_ctx_train = model.n_ctx_train();
         let (decoder, n_batch, rs_snapshots) = create_decoder(backend, model, draft_model, plan, config)?;
         let recurrent = model.is_recurrent() || model.is_hybrid();
-        let sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
+        let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
+        let budget = usize::try_from(config.cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+        if config.cache_ram_mib > 0 && !sequence.keep_states(budget, config.cache_min_tokens as usize) {
+            tracing::info!("the state store is off while speculative decoding runs (drafters cannot follow a restore)");
+        }
 
         let vocab = model.vocab();
         let token_text = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
@@ -287,4 +294,22 @@ impl<'m> Session<'m> {
         let Ok(canonical) = self.tokenize(PromptInput::Text(full_text)) else { return };
         self.sequence.rewrite_tail(&canonical);
     }
+}
+
+/// Refuses a state-store budget larger than the memory the machine has available now.
+fn check_cache_budget(requested_mib: u64) -> Result<(), EngineError> {
+    match available_memory_mib() {
+        Some(available_mib) if requested_mib > available_mib => {
+            Err(EngineError::CacheBudget { requested_mib, available_mib })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `MemAvailable` from `/proc/meminfo`, where there is one.
+fn available_memory_mib() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|line| line.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024)
 }
