@@ -51,7 +51,9 @@ pub struct EngineConfig {
     /// Speculative decoding (MTP heads or a draft model).
     pub speculation: super::SpeculationConfig,
     /// Host RAM, in MiB, for the KV states of other prompts (the state store): a request with
-    /// another prefix no longer costs the conversation its cache. 0 turns the store off.
+    /// another prefix no longer costs the conversation its cache. 0 turns the store off. More
+    /// than the memory available at start-up is refused, except the default, which is then
+    /// lowered to half of it. Off while speculative decoding runs.
     pub cache_ram_mib: u64,
     /// Shortest cached sequence worth saving to the store before another prefix takes over.
     pub cache_min_tokens: u32,

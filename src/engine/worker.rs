@@ -43,14 +43,15 @@ pub(super) fn run(
     commands: &Receiver<Command>,
     shutting_down: &AtomicBool,
 ) {
-    if let Err(e) = check_cache_budget(config.cache_ram_mib) {
-        return report(Err(e));
-    }
+    let cache_ram_mib = match check_cache_budget(config.cache_ram_mib) {
+        Ok(mib) => mib,
+        Err(e) => return report(Err(e)),
+    };
     let Models { backend, model, draft_model, plan } = match Models::load(config) {
         Ok(models) => models,
         Err(e) => return report(Err(e)),
     };
-    let session = Session::new(backend, &model, draft_model.as_ref(), &plan, config, shutting_down);
+    let session = Session::new(backend, &model, draft_model.as_ref(), &plan, config, cache_ram_mib, shutting_down);
     let mut session = match session {
         Ok((session, info, chat)) => {
             report(Ok((info, chat)));
@@ -112,6 +113,7 @@ impl<'m> Session<'m> {
         draft_model: Option<&'m LlamaModel>,
         plan: &SpeculationPlan,
         config: &EngineConfig,
+        cache_ram_mib: u64,
         shutting_down: &'m AtomicBool,
     ) -> Result<(Self, ModelInfo, ChatFormat), EngineError> {
         let architecture = model.meta_val_str("general.architecture").unwrap_or_default();
@@ -121,8 +123,8 @@ impl<'m> Session<'m> {
         let (decoder, n_batch, rs_snapshots) = create_decoder(backend, model, draft_model, plan, config)?;
         let recurrent = model.is_recurrent() || model.is_hybrid();
         let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
-        let budget = usize::try_from(config.cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-        if config.cache_ram_mib > 0 && !sequence.keep_states(budget, config.cache_min_tokens as usize) {
+        let budget = usize::try_from(cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+        if cache_ram_mib > 0 && !sequence.keep_states(budget, config.cache_min_tokens as usize) {
             tracing::info!("the state store is off while speculative decoding runs (drafters cannot follow a restore)");
         }
 
@@ -296,13 +298,20 @@ impl<'m> Session<'m> {
     }
 }
 
-/// Refuses a state-store budget larger than the memory the machine has available now.
-fn check_cache_budget(requested_mib: u64) -> Result<(), EngineError> {
+/// The state store's budget in MiB: a budget larger than the memory available now is refused,
+/// except the default, which is lowered to half of it (small machines start without a flag).
+fn check_cache_budget(requested_mib: u64) -> Result<u64, EngineError> {
     match available_memory_mib() {
+        Some(available_mib)
+            if requested_mib > available_mib / 2 && requested_mib == EngineConfig::DEFAULT_CACHE_RAM_MIB =>
+        {
+            tracing::info!(available_mib, "state store budget lowered to half the available memory");
+            Ok(available_mib / 2)
+        }
         Some(available_mib) if requested_mib > available_mib => {
             Err(EngineError::CacheBudget { requested_mib, available_mib })
         }
-        _ => Ok(()),
+        _ => Ok(requested_mib),
     }
 }
 
