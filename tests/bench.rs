@@ -1,5 +1,5 @@
 //! `firstword bench` against a live firstword on the real model (every scenario measured, tool
-//! check PASS) and against a mock server that answers wrongly (FAIL with the reason, errors
+//! check PASS, the alternating conversations' later turns served from the state store) and against a mock server that answers wrongly (FAIL with the reason, errors
 //! counted, no crash).
 
 mod common;
@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use common::exclusive_server;
-use firstword::bench::{decide, run, summarize, BenchConfig, Row, Scenario, Target};
+use firstword::bench::{decide, run, summarize, BenchConfig, Conversation, Row, Scenario, Target};
 use serde_json::{json, Value};
 
 fn config(url: String, name: &str) -> BenchConfig {
@@ -34,6 +34,15 @@ fn scenario_rows(rows: &[Row], scenario: Scenario) -> Vec<&Row> {
     rows.iter().filter(|r| r.scenario == scenario).collect()
 }
 
+/// The alternating scenario's rows: A1 B1 A2 B2 … for the configured turns.
+fn assert_alternating_order(rows: &[Row], turns: u32) {
+    let order: Vec<(Option<Conversation>, u32)> =
+        scenario_rows(rows, Scenario::Alternating).iter().map(|r| (r.conversation, r.turn)).collect();
+    let expected: Vec<(Option<Conversation>, u32)> =
+        (1..=turns).flat_map(|turn| [(Some(Conversation::A), turn), (Some(Conversation::B), turn)]).collect();
+    assert_eq!(order, expected);
+}
+
 #[tokio::test]
 async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
     let (_guard, server) = exclusive_server().await;
@@ -48,6 +57,7 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
         Scenario::DecodeLong,
         Scenario::InterleavedJob,
         Scenario::AfterInterleave,
+        Scenario::Alternating,
     ] {
         let found = scenario_rows(&rows, scenario);
         assert!(!found.is_empty(), "no {scenario:?} row");
@@ -61,8 +71,16 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
     let warm = scenario_rows(&rows, Scenario::Warm);
     assert!(warm.iter().all(|r| r.cached_tokens.unwrap_or(0) > 300), "warm turns are served from the cache: {warm:?}");
     assert!(scenario_rows(&rows, Scenario::DecodeShort)[0].decode_tok_s.is_some_and(|d| d > 0.0));
+    assert_alternating_order(&rows, 3);
+    let later: Vec<&Row> = scenario_rows(&rows, Scenario::Alternating).into_iter().filter(|r| r.turn > 1).collect();
+    let cached: Vec<_> = later.iter().map(|r| (r.conversation, r.turn, r.cached_tokens, r.ttft_ms)).collect();
+    assert!(
+        later.iter().all(|r| r.cached_tokens.unwrap_or(0) > 300),
+        "the state store keeps the other conversation: {cached:?}"
+    );
     let summaries = summarize(&rows, &[]);
     assert!(summaries[0].tool_pass(), "{:?}", summaries[0].tool_failure);
+    assert!(summaries[0].alternating_ttft.is_some(), "{:?}", summaries[0]);
     assert!(decide(&summaries).expect("a decision").starts_with("firstword"));
 }
 
@@ -103,6 +121,7 @@ async fn a_wrong_server_fails_with_reasons_and_counted_errors() {
     assert_eq!(scenario_rows(&rows, Scenario::ToolNonStream)[0].error, "tool call came back as JSON in content");
     assert!(scenario_rows(&rows, Scenario::ToolFollowUp)[0].error.starts_with("skipped"));
     assert!(scenario_rows(&rows, Scenario::Cold)[0].prompt_tokens.is_none(), "no usage was sent");
+    assert_alternating_order(&rows, 3);
 
     let summaries = summarize(&rows, &[]);
     assert_eq!(summaries[0].errors, 1);

@@ -230,7 +230,8 @@ impl StreamRead {
         Ok(self.reply)
     }
 }
-/// Token counts from `usage` and speculative-decoding counts from llama-server-style `timings`.
+/// Token counts from `usage`, speculative-decoding counts from llama-server-style `timings`,
+/// and where the prompt's cache came from (`timings.cache.source` and `.reason`, firstword).
 fn read_usage(value: &Value, row: &mut Row) {
     let usage = &value["usage"];
     if let Some(n) = usage["prompt_tokens"].as_u64() {
@@ -248,6 +249,14 @@ fn read_usage(value: &Value, row: &mut Row) {
     }
     if let Some(n) = timings["draft_n_accepted"].as_u64() {
         row.draft_n_accepted = Some(n);
+    }
+    let cache = &timings["cache"];
+    for (field, value) in [(&mut row.cache_source, &cache["source"]), (&mut row.cache_reason, &cache["reason"])] {
+        match value {
+            Value::Null => {}
+            Value::String(text) => *field = Some(text.clone()),
+            other => *field = Some(other.to_string()),
+        }
     }
 }
 
@@ -300,6 +309,15 @@ mod tests {
         assert_eq!(sse_data(stream).collect::<Vec<_>>(), ["{\"a\":1}", "{\"b\":2}"]);
         assert_eq!(sse_data(&format!("{stream}\n")).last(), Some("[DONE]"));
         assert_eq!(sse_data("data: {\"cut").count(), 0);
+    }
+
+    #[test]
+    fn cache_source_and_reason_are_read_when_sent() {
+        let mut row = Row::new("s", 1, crate::bench::Scenario::Warm, 2);
+        read_usage(&json!({"timings": {"draft_n": 3}}), &mut row);
+        assert_eq!((row.cache_source.as_deref(), row.cache_reason.as_deref()), (None, None));
+        read_usage(&json!({"timings": {"cache": {"source": "store", "reason": 7}}}), &mut row);
+        assert_eq!((row.cache_source.as_deref(), row.cache_reason.as_deref()), (Some("store"), Some("7")));
     }
 
     #[test]

@@ -11,9 +11,9 @@ use super::{
 };
 
 /// Requests per server and repetition: the turns, the interleaved job and the turn after it,
-/// two decode runs, three tool checks.
+/// two decode runs, three tool checks, the two alternating conversations' turns.
 fn requests_per_run(turns: u32) -> u64 {
-    u64::from(turns) + 2 + 2 + 3
+    u64::from(turns) + 2 + 2 + 3 + 2 * u64::from(turns)
 }
 
 /// Fails early, with the server named, when a server does not answer at all.

@@ -1,5 +1,6 @@
-//! `firstword bench`: the cold / warm / tool / decode / interleaved-job micro-benchmark against
-//! any OpenAI-compatible server, so users choose with data from their own machine.
+//! `firstword bench`: the cold / warm / tool / decode / interleaved-job / alternating-conversations
+//! micro-benchmark against any OpenAI-compatible server, so users choose with data from their
+//! own machine.
 //!
 //! Per repetition every server runs every scenario in turn (A B A B …), so machine drift hits
 //! all of them equally. Each request becomes a [`Row`]; [`summarize`] and [`decide`] turn rows
@@ -10,6 +11,7 @@ mod client;
 mod command;
 mod error;
 mod report;
+mod table;
 
 use std::time::Duration;
 
@@ -19,7 +21,8 @@ pub use chart::{check_plot_path, plot};
 pub use client::sse_data;
 pub use command::{execute, Outputs};
 pub use error::{BenchError, NoDecision, WeightsError};
-pub use report::{decide, scores, summarize, table, write_csv, Row, Scenario, Spread, Summary, Weights};
+pub use report::{decide, scores, summarize, write_csv, Conversation, Row, Scenario, Spread, Summary, Weights};
+pub use table::table;
 
 use client::{send, ServerReply};
 
@@ -55,20 +58,63 @@ pub struct BenchConfig {
     pub timeout: Duration,
 }
 
+/// The words and numbers of one synthetic system prompt.
+struct Wording {
+    intro: &'static str,
+    item: &'static str,
+    place: &'static str,
+    feature: &'static str,
+    topics: [&'static str; 8],
+    /// Shifts the topics and numbers.
+    seed: usize,
+}
+
+/// The smart-home facts of [`synthetic_system_prompt`].
+const FACTS: Wording = Wording {
+    intro: "You are a helpful voice assistant for a smart home. Facts you know:\n",
+    item: "Fact",
+    place: "region",
+    feature: "feature",
+    topics: ["rivers", "mountains", "libraries", "trains", "gardens", "satellites", "bakeries", "harbors"],
+    seed: 0,
+};
+
+/// The city-guide notes of the alternating scenario's conversation B.
+const NOTES: Wording = Wording {
+    intro: "You are a helpful travel guide for a coastal city. Notes you know:\n",
+    item: "Note",
+    place: "district",
+    feature: "style",
+    topics: ["bridges", "forests", "museums", "ferries", "orchards", "observatories", "markets", "lighthouses"],
+    seed: 5,
+};
+
+/// Roughly how many tokens `text` is: typical tokenizers take about 2.7 characters per token
+/// on the synthetic prompts.
+fn approx_tokens(text: &str) -> usize {
+    text.len() * 3 / 8
+}
+
 /// A long system prompt of roughly `tokens` tokens: varied facts, like a real one.
 #[must_use]
 pub fn synthetic_system_prompt(tokens: usize) -> String {
-    let topics = ["rivers", "mountains", "libraries", "trains", "gardens", "satellites", "bakeries", "harbors"];
-    let mut text = String::from("You are a helpful voice assistant for a smart home. Facts you know:\n");
+    synthetic_prompt(tokens, &FACTS)
+}
+
+fn synthetic_prompt(tokens: usize, wording: &Wording) -> String {
+    let mut text = String::from(wording.intro);
     let mut i = 0;
-    // Typical tokenizers take about 2.7 characters per token on this text.
-    while text.len() * 3 / 8 < tokens {
+    while approx_tokens(&text) < tokens {
+        let n = i + wording.seed;
         text.push_str(&format!(
-            "Fact {i}: the {} of region {} are known for feature {} since {}.\n",
-            topics[i % topics.len()],
-            i * 7 % 97,
-            i * 13 % 31,
-            1800 + i * 37 % 200
+            "{} {i}: the {} of {} {} are known for {} {} since {}.\n",
+            wording.item,
+            wording.topics[n % wording.topics.len()],
+            wording.place,
+            n * 7 % 97,
+            wording.feature,
+            n * 13 % 31,
+            1800 + n * 37 % 200
         ));
         i += 1;
     }
@@ -167,29 +213,39 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         Row::new(&self.target.name, self.rep, scenario, turn)
     }
 
-    /// A (cold), B (warm), E (interleaved job), D (decode), C (tool), in an order where each
-    /// measures what it claims: the conversation first (its turn 1 is the only cold one), the
-    /// interleaved job between two of its turns, then the scenarios that share only the system
-    /// prompt with it (decode after the long prompt, the tool calls), and last the short-prompt
-    /// decode, which shares nothing.
-    async fn all_scenarios(&mut self) {
-        // Unique per server and repetition (no cache carries over), and equally long for every
-        // server, so all evaluate the same number of prompt tokens.
+    /// `label`, then a line unique per server and repetition (no cache carries over) and equally
+    /// long for every server (all evaluate the same number of prompt tokens): the start of a
+    /// conversation's system prompt.
+    fn nonce(&self, label: &str) -> String {
         let server_tag = {
             use std::hash::{Hash, Hasher};
             let mut hasher = std::collections::hash_map::DefaultHasher::new();
             self.target.name.hash(&mut hasher);
             hasher.finish() % 100_000
         };
-        let nonce = format!("Session {}-{server_tag:05}-{}.\n", self.rep, std::process::id());
-        let system = nonce + &self.config.system_prompt;
+        format!("{label}Session {}-{server_tag:05}-{}.\n", self.rep, std::process::id())
+    }
+
+    /// One conversation turn: the turn's question, the request, the reply added to `messages`.
+    async fn turn(&mut self, messages: &mut Vec<Value>, row: Row) {
+        messages.push(json!({"role": "user", "content": QUESTIONS[(row.turn as usize - 1) % QUESTIONS.len()]}));
+        let body = self.body(messages, self.config.turn_tokens, true);
+        let reply = self.request(row, body).await;
+        messages.push(json!({"role": "assistant", "content": reply.content}));
+    }
+
+    /// A (cold), B (warm), E (interleaved job), D (decode), C (tool), F (alternating
+    /// conversations), in an order where each measures what it claims: the conversation first
+    /// (its turn 1 is the only cold one), the interleaved job between two of its turns, then the
+    /// scenarios that share only the system prompt with it (decode after the long prompt, the
+    /// tool calls), the short-prompt decode, which shares nothing, and last the two alternating
+    /// conversations, whose system prompts start with a nonce of their own.
+    async fn all_scenarios(&mut self) {
+        let system = self.nonce("") + &self.config.system_prompt;
         let mut messages = vec![json!({"role": "system", "content": system})];
         for turn in 1..=self.config.turns {
             let scenario = if turn == 1 { Scenario::Cold } else { Scenario::Warm };
-            messages.push(json!({"role": "user", "content": QUESTIONS[(turn as usize - 1) % QUESTIONS.len()]}));
-            let body = self.body(&messages, self.config.turn_tokens, true);
-            let reply = self.request(self.row(scenario, turn), body).await;
-            messages.push(json!({"role": "assistant", "content": reply.content}));
+            self.turn(&mut messages, self.row(scenario, turn)).await;
         }
 
         let job = [
@@ -208,6 +264,26 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         self.tool_scenario(&messages[0]).await;
         let body = self.body(&[story], self.config.decode_tokens, true);
         self.request(self.row(Scenario::DecodeShort, 0), body).await;
+        self.alternating_scenario().await;
+    }
+
+    /// F: conversation A (the configured system prompt) and B (another synthetic one of about
+    /// the same size), turns interleaved A1 B1 A2 B2 …: with a cache that keeps other prompts'
+    /// states, every turn after each conversation's first is warm.
+    async fn alternating_scenario(&mut self) {
+        let config = self.config;
+        let prompt_b = synthetic_prompt(approx_tokens(&config.system_prompt), &NOTES);
+        let mut conversations =
+            [(Conversation::A, &config.system_prompt), (Conversation::B, &prompt_b)].map(|(conversation, prompt)| {
+                let system = self.nonce(&format!("Conversation {conversation:?}. ")) + prompt;
+                (conversation, vec![json!({"role": "system", "content": system})])
+            });
+        for turn in 1..=config.turns {
+            for (conversation, messages) in &mut conversations {
+                let row = Row { conversation: Some(*conversation), ..self.row(Scenario::Alternating, turn) };
+                self.turn(messages, row).await;
+            }
+        }
     }
 
     /// C: a forced call streamed and not, then the follow-up with the call and its result.

@@ -28,6 +28,18 @@ pub enum Scenario {
     InterleavedJob,
     /// E: the conversation's next turn after that job.
     AfterInterleave,
+    /// F: two conversations with different long system prompts, turns interleaved (A1 B1 A2
+    /// B2 …); `turn` is the turn of the row's [`Row::conversation`].
+    Alternating,
+}
+
+/// Which of the alternating scenario's two conversations a row belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Conversation {
+    /// The one with the configured system prompt.
+    A,
+    /// The one with another synthetic system prompt of about the same size.
+    B,
 }
 
 impl Scenario {
@@ -77,6 +89,12 @@ pub struct Row {
     pub http_status: u16,
     /// Why the request failed or the check did not pass; empty when fine.
     pub error: String,
+    /// The alternating scenario's conversation; empty in other scenarios.
+    pub conversation: Option<Conversation>,
+    /// Where the server took the prompt's cache from (`timings.cache.source`), when reported.
+    pub cache_source: Option<String>,
+    /// Why (`timings.cache.reason`), when reported.
+    pub cache_reason: Option<String>,
 }
 
 impl Row {
@@ -99,6 +117,9 @@ impl Row {
             draft_n_accepted: None,
             http_status: 0,
             error: String::new(),
+            conversation: None,
+            cache_source: None,
+            cache_reason: None,
         }
     }
 
@@ -168,6 +189,8 @@ pub struct Summary {
     pub decode_long: Option<Spread>,
     /// TTFT of the turn after an interleaved job, ms.
     pub after_interleave_ttft: Option<Spread>,
+    /// TTFT of the alternating conversations' turns after their first, ms.
+    pub alternating_ttft: Option<Spread>,
     /// Requests that failed (HTTP or protocol errors, not tool-check failures).
     pub errors: usize,
     /// Peak resident memory (VmHWM), MB, when a PID was given.
@@ -233,6 +256,7 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                 decode_short: Spread::of(&values(Scenario::DecodeShort, |r| r.decode_tok_s)),
                 decode_long: Spread::of(&values(Scenario::DecodeLong, |r| r.decode_tok_s)),
                 after_interleave_ttft: Spread::of(&values(Scenario::AfterInterleave, |r| r.ttft_ms)),
+                alternating_ttft: Spread::of(&values(Scenario::Alternating, |r| r.ttft_ms.filter(|_| r.turn > 1))),
                 errors: mine.iter().filter(|r| !r.ok() && !r.scenario.is_tool()).count(),
                 peak_rss_mb: peak_rss_mb.iter().find(|(name, _)| name == server).map(|(_, mb)| *mb),
                 drafts: mine.iter().filter(|r| r.ok()).fold(None, |total, r| match (r.draft_n, r.draft_n_accepted) {
@@ -362,44 +386,6 @@ pub fn scores(summaries: &[Summary], weights: Weights) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// The summary table, as printed on stdout.
-#[must_use]
-pub fn table(summaries: &[Summary]) -> String {
-    let show = |v: Option<Spread>| v.map_or("-".to_string(), |s| s.to_string());
-    let mut out = String::from(
-        "server | cold TTFT ms | warm TTFT ms (mean) | warm TTFT ms | warm first sentence ms | tool | decode short tok/s | decode long tok/s | TTFT after interleaved job ms | errors | peak RSS MB\n",
-    );
-    for s in summaries {
-        let tool =
-            if s.tool_pass() { "PASS".to_string() } else { format!("FAIL {}/{}", s.tool_passes.0, s.tool_passes.1) };
-        out.push_str(&format!(
-            "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}\n",
-            s.server,
-            show(s.cold_ttft),
-            s.warm_ttft_mean.map_or("-".into(), |w| format!("{w:.1}")),
-            show(s.warm_ttft),
-            show(s.warm_first_sentence),
-            tool,
-            show(s.decode_short),
-            show(s.decode_long),
-            show(s.after_interleave_ttft),
-            s.errors,
-            s.peak_rss_mb.map_or("-".into(), |m| format!("{m:.0}")),
-        ));
-        if let Some(reason) = &s.tool_failure {
-            out.push_str(&format!("  {} tool check: {reason}\n", s.server));
-        }
-        if let Some((drafted, accepted)) = s.drafts.filter(|&(drafted, _)| drafted > 0) {
-            out.push_str(&format!(
-                "  {} speculative decoding: {accepted} of {drafted} drafted tokens accepted ({:.0}%)\n",
-                s.server,
-                100.0 * accepted as f64 / drafted as f64
-            ));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,9 +413,9 @@ mod tests {
         let text = String::from_utf8(out).expect("utf8");
         assert_eq!(
             text.lines().next(),
-            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error")
+            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason")
         );
-        assert!(text.contains("a,1,cold,1,1.0,,,,,,,,,200,"), "{text}");
+        assert!(text.contains("a,1,cold,1,1.0,,,,,,,,,200,,,,"), "{text}");
     }
 
     #[test]
