@@ -268,6 +268,42 @@ fn greedy_output_after_a_restore_equals_a_fresh_context_gemma_small_swa() {
     assert_eq!(cached as usize, GEMMA_CUT, "the whole shared prefix comes from the store");
 }
 
+/// gemma-3 (full SWA cache), token prompts: turn 1, optionally an interleaved job, then turn 1
+/// with its reply and a question (the whole entry is shared); returns turn 2's text and usage.
+fn gemma_extension_turn2(engine: &Engine, interleave: bool) -> (Usage, String, Usage) {
+    let tokenize = |text: &str| engine.tokenize_blocking(&Prompt::Text(text.to_string())).expect("tokenize");
+    let bos = tokenize("");
+    let without_bos = |text: &str| tokenize(text)[bos.len()..].to_vec();
+    let mut prompt = tokenize(&long_system_prompt(2500))[..1560].to_vec();
+    prompt.extend(without_bos("\nQuestion: which facts mention trains?\nAnswer:"));
+    let (reply, turn1) = run(engine, Prompt::Tokens(prompt.clone()), 24);
+    if interleave {
+        let (_, other) = run(engine, Prompt::Tokens(tokenize(&museum_system_prompt(600))), 8);
+        assert!(other.cached_tokens < UNRELATED, "{other:?}");
+    }
+    prompt.extend(without_bos(&reply));
+    prompt.extend(without_bos("\nQuestion: and gardens?\nAnswer:"));
+    let (text, turn2) = run(engine, Prompt::Tokens(prompt), 24);
+    (turn1, text, turn2)
+}
+
+/// A restored gemma-3 entry continued where it ends (the cut needs only the last window):
+/// the same output as the never-interleaved live cache, from as many cached tokens.
+#[test]
+fn gemma_a_restored_turn_that_extends_the_entry_equals_the_live_cache() {
+    let config = test_config(gemma3_path());
+    let engine = Engine::start(config.clone()).expect("gemma loads");
+    let (turn1, restored_text, turn2) = gemma_extension_turn2(&engine, true);
+    drop(engine);
+    eprintln!("gemma extension: turn 1 {turn1:?}, restored turn 2 {turn2:?}");
+    assert!(turn2.cached_tokens + SLACK >= turn1.prompt_tokens, "served from the restored entry: {turn2:?}");
+    let live = Engine::start(EngineConfig { cache_ram_mib: 0, ..config }).expect("gemma loads");
+    let (_, live_text, live_usage) = gemma_extension_turn2(&live, false);
+    eprintln!("gemma never interleaved: turn 2 {live_usage:?}");
+    assert_eq!(turn2.cached_tokens, live_usage.cached_tokens, "the restore reuses what the live cache would have");
+    assert_eq!(restored_text, live_text, "the restore changed the output (cut at {})", turn2.cached_tokens);
+}
+
 #[test]
 fn an_entry_sharing_k_tokens_is_never_used_beyond_k() {
     let config = test_config(smollm2_path());
