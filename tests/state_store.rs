@@ -252,20 +252,22 @@ fn gemma_restore_matches_fresh_split(config: &EngineConfig) -> u32 {
 }
 
 #[test]
-fn greedy_output_after_a_restore_equals_a_fresh_context_gemma_full_swa() {
+fn a_cut_inside_a_gemma_entry_is_not_restored_and_output_equals_a_fresh_context_full_swa() {
     let config = test_config(gemma3_path());
     assert!(config.swa_full, "full SWA cache is the default");
     let cached = gemma_restore_matches_fresh_split(&config);
-    assert_eq!(cached as usize, GEMMA_CUT, "the whole shared prefix comes from the store");
+    // A restored sliding-window state holds only the last `n_swa` positions (llama.cpp's
+    // state API, measured: pos_min 1082 after restoring 1594 tokens), so a gemma entry is
+    // continued only from its end (see the extension test below): a cut inside it is not
+    // served from the store, and certainly not past the window it lost.
+    assert!(cached < UNRELATED, "a cut inside a gemma entry is not restored: {cached}");
 }
 
 #[test]
-fn greedy_output_after_a_restore_equals_a_fresh_context_gemma_small_swa() {
+fn a_cut_inside_a_gemma_entry_is_not_restored_and_output_equals_a_fresh_context_small_swa() {
     let config = EngineConfig { swa_full: false, ..test_config(gemma3_path()) };
     let cached = gemma_restore_matches_fresh_split(&config);
-    // The saved window (about 1600 tokens held, a window of 512 needed before the cut at
-    // 1536) still covers the cut, as it does for the live cache.
-    assert_eq!(cached as usize, GEMMA_CUT, "the whole shared prefix comes from the store");
+    assert!(cached < UNRELATED, "a cut inside a gemma entry is not restored: {cached}");
 }
 
 /// gemma-3 (full SWA cache), token prompts: turn 1, optionally an interleaved job, then turn 1

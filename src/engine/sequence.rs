@@ -138,8 +138,11 @@ impl<'m> LiveSequence<'m> {
     /// spares the most of `tokens` when it beats the live one; returns what is reusable then.
     fn consult_store(&mut self, tokens: &[LlamaToken], keep: usize) -> usize {
         let Some(store) = self.store.as_mut() else { return keep };
-        // A model whose cache cannot be cut after a restore uses only entries it continues.
-        let candidate = store.best(tokens, self.recurrent).filter(|c| c.reusable >= keep + RESTORE_MARGIN);
+        // A restored state continues only from its end where the cache cannot be cut after a
+        // restore (recurrent state) or the restored sliding window holds only the last
+        // `n_swa` positions (measured on gemma-3 with the full SWA cache too).
+        let whole_only = self.recurrent || self.n_swa.is_some();
+        let candidate = store.best(tokens, whole_only).filter(|c| c.reusable >= keep + RESTORE_MARGIN);
         let entry = candidate.map(|c| store.take(c.index));
         let kept = if entry.is_some() { 0 } else { keep };
         if self.cached.len() >= self.min_save && self.cached.len() - kept >= self.min_save {
