@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{gemma3_path, generate, long_system_prompt, smollm2_path, test_config, Generated};
+use common::{gemma3_path, gemma_turns, generate, long_system_prompt, smollm2_path, test_config, Generated};
 use firstword::engine::TemplateSource;
 use firstword::{ChatMessage, Engine, EngineConfig, FinishReason, GenerationRequest, Prompt, SamplingParams, Usage};
 
@@ -61,25 +61,8 @@ fn smollm2_reused_turn_equals_fresh_context_with_the_same_split() {
     assert!(cached > 1000, "the system prompt was reused: {cached}");
 }
 
-/// Token prompts for gemma-3 whose common prefix ends exactly at `cut`.
-///
-/// gemma-3's Q4_K CPU kernels make a token's KV depend (in the last bits) on the size of the
-/// batch it was computed in, and this base model's chat answers are near ties, so cuts sit on
-/// ubatch boundaries (multiples of 512): the prefix is then computed in identical batches on
-/// both sides and the comparison is exact.
-fn gemma_turns(engine: &Engine, cut: usize) -> (Prompt, Prompt) {
-    let tokenize = |text: &str| engine.tokenize_blocking(&Prompt::Text(text.to_string())).expect("tokenize");
-    let bos = tokenize("");
-    let without_bos = |text: &str| tokenize(text)[bos.len()..].to_vec();
-    let base = tokenize(&long_system_prompt(2500));
-    assert!(base.len() > 1700, "{}", base.len());
-    let mut turn1 = base[..1600].to_vec();
-    turn1.extend(without_bos("\nQuestion: which facts mention trains?\nAnswer:"));
-    let mut turn2 = base[..cut].to_vec();
-    turn2.extend(without_bos("\nQuestion: list three facts about gardens.\nAnswer:"));
-    assert_ne!(turn2[cut], base[cut], "the prompts diverge exactly at the cut");
-    (Prompt::Tokens(turn1), Prompt::Tokens(turn2))
-}
+/// Turn 1's share of the long system prompt: the cache then holds about 1650 tokens.
+const TURN1_LEN: usize = 1600;
 
 /// Cut 1536: within one 512-token window of the end of what the cache holds (~1650).
 const NEAR_CUT: usize = 1536;
@@ -92,7 +75,7 @@ fn gemma_full_swa_cache_reuses_cuts_inside_and_outside_the_window_exactly() {
     assert!(config.swa_full, "full SWA cache is the default");
     let prompts = Engine::start(config.clone()).expect("loads");
     for cut in [NEAR_CUT, FAR_CUT] {
-        let (turn1, turn2) = gemma_turns(&prompts, cut);
+        let (turn1, turn2) = gemma_turns(&prompts, TURN1_LEN, cut);
         let cached = assert_reuse_matches_fresh_split(&config, turn1, turn2);
         assert_eq!(cached as usize, cut, "the whole common prefix is reused");
     }
@@ -102,11 +85,11 @@ fn gemma_full_swa_cache_reuses_cuts_inside_and_outside_the_window_exactly() {
 fn gemma_small_swa_cache_never_reuses_a_cut_the_window_no_longer_covers() {
     let config = EngineConfig { swa_full: false, ..test_config(gemma3_path()) };
     let prompts = Engine::start(config.clone()).expect("loads");
-    let (turn1, turn2) = gemma_turns(&prompts, FAR_CUT);
+    let (turn1, turn2) = gemma_turns(&prompts, TURN1_LEN, FAR_CUT);
     let far = assert_reuse_matches_fresh_split(&config, turn1, turn2);
     assert_eq!(far, 0, "a cut outside the window forces a full prefill");
     // Near the end the outcome depends on what llama.cpp kept; it must be correct either way.
-    let (turn1, turn2) = gemma_turns(&prompts, NEAR_CUT);
+    let (turn1, turn2) = gemma_turns(&prompts, TURN1_LEN, NEAR_CUT);
     assert_reuse_matches_fresh_split(&config, turn1, turn2);
 }
 

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{gemma3_path, generate, long_system_prompt, smollm2_path, test_config, Generated};
+use common::{gemma3_path, gemma_turns, generate, long_system_prompt, smollm2_path, test_config, Generated};
 use firstword::{ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams, Usage};
 use serde_json::json;
 
@@ -226,21 +226,11 @@ const GEMMA_CUT: usize = 1536;
 fn gemma_restore_matches_fresh_split(config: &EngineConfig) -> u32 {
     let engine = Engine::start(config.clone()).expect("gemma loads");
     let tokenize = |text: &str| engine.tokenize_blocking(&Prompt::Text(text.to_string())).expect("tokenize");
-    let bos = tokenize("");
-    let without_bos = |text: &str| tokenize(text)[bos.len()..].to_vec();
-    let base = tokenize(&long_system_prompt(2500));
-    assert!(base.len() > 1700, "{}", base.len());
-    let mut turn1 = base[..1560].to_vec();
-    turn1.extend(without_bos("\nQuestion: which facts mention trains?\nAnswer:"));
-    let mut turn2 = base[..GEMMA_CUT].to_vec();
-    turn2.extend(without_bos("\nQuestion: list three facts about gardens.\nAnswer:"));
-    assert_ne!(turn2[GEMMA_CUT], base[GEMMA_CUT], "the prompts diverge exactly at the cut");
-
-    let (_, usage1) = run(&engine, Prompt::Tokens(turn1), 24);
+    let (turn1, prompt) = gemma_turns(&engine, 1560, GEMMA_CUT);
+    let (_, usage1) = run(&engine, turn1, 24);
     let other = tokenize(&museum_system_prompt(600));
     let (_, interleaved) = run(&engine, Prompt::Tokens(other), 8);
     assert!(interleaved.cached_tokens < UNRELATED, "{interleaved:?}");
-    let prompt = Prompt::Tokens(turn2);
     let (restored_text, usage2) = run(&engine, prompt.clone(), 32);
     drop(engine);
     eprintln!("swa_full {}: turn 1 {usage1:?}, restored turn {usage2:?}", config.swa_full);

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use firstword::engine::Timings;
-use firstword::{Engine, EngineConfig, Event, FinishReason, GenerationRequest, Usage};
+use firstword::{Engine, EngineConfig, Event, FinishReason, GenerationRequest, Prompt, Usage};
 use serde_json::{json, Value};
 
 /// The default model (fetched by `make test`; a missing file fails the test run).
@@ -223,4 +223,26 @@ pub(crate) fn spawn_server(engine: Engine) -> TestServer {
     });
     let address = rx.recv().expect("server address");
     TestServer { base: format!("http://{address}"), engine }
+}
+
+/// Token prompts for gemma-3 whose common prefix ends exactly at `cut`: turn 1 is the first
+/// `turn1_len` tokens of a long system prompt and a question, turn 2 the first `cut` and
+/// another question.
+///
+/// gemma-3's Q4_K CPU kernels make a token's KV depend (in the last bits) on the size of the
+/// batch it was computed in, and this base model's chat answers are near ties, so cuts sit on
+/// ubatch boundaries (multiples of 512): the prefix is then computed in identical batches on
+/// both sides and the comparison is exact.
+pub(crate) fn gemma_turns(engine: &Engine, turn1_len: usize, cut: usize) -> (Prompt, Prompt) {
+    let tokenize = |text: &str| engine.tokenize_blocking(&Prompt::Text(text.to_string())).expect("tokenize");
+    let bos = tokenize("");
+    let without_bos = |text: &str| tokenize(text)[bos.len()..].to_vec();
+    let base = tokenize(&long_system_prompt(2500));
+    assert!(base.len() > 1700, "{}", base.len());
+    let mut turn1 = base[..turn1_len].to_vec();
+    turn1.extend(without_bos("\nQuestion: which facts mention trains?\nAnswer:"));
+    let mut turn2 = base[..cut].to_vec();
+    turn2.extend(without_bos("\nQuestion: list three facts about gardens.\nAnswer:"));
+    assert_ne!(turn2[cut], base[cut], "the prompts diverge exactly at the cut");
+    (Prompt::Tokens(turn1), Prompt::Tokens(turn2))
 }
