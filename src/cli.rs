@@ -113,6 +113,11 @@ pub(crate) struct CacheArgs {
     /// Shortest cached sequence (tokens) worth saving before another prompt takes the context.
     #[arg(long = "cache-min-tokens", env = "FIRSTWORD_CACHE_MIN_TOKENS", default_value_t = EngineConfig::DEFAULT_CACHE_MIN_TOKENS)]
     pub cache_min_tokens: u32,
+    /// Models whose cache cannot be cut everywhere (recurrent, hybrid, --swa-small): a
+    /// checkpoint every N tokens of a long prefill, besides the one at each prompt's end (0:
+    /// only there).
+    #[arg(long = "checkpoint-every", value_name = "N", env = "FIRSTWORD_CHECKPOINT_EVERY", default_value_t = EngineConfig::DEFAULT_CHECKPOINT_EVERY)]
+    pub checkpoint_every: u32,
 }
 
 /// Speculative decoding.
@@ -208,6 +213,7 @@ impl ServeArgs {
             swa_full: !self.cache.swa_small,
             cache_ram_mib: self.cache.cache_ram,
             cache_min_tokens: self.cache.cache_min_tokens,
+            checkpoint_every: self.cache.checkpoint_every,
             mlock: model.mlock,
             mmap: !model.no_mmap,
             chat_template_file: model.chat_template_file.clone(),

@@ -44,6 +44,6 @@ pub mod engine;
 
 pub use chat::{ChatMessage, Grammar, Role};
 pub use engine::{
-    Engine, EngineConfig, EngineError, Event, FinishReason, Generation, GenerationRequest, ModelInfo, Prompt,
-    SamplingParams, Usage,
+    CacheMiss, CacheReport, CacheSource, CacheStatus, Engine, EngineConfig, EngineError, Event, FinishReason,
+    Generation, GenerationRequest, ModelInfo, Prompt, SamplingParams, Usage,
 };

@@ -155,6 +155,52 @@ fn turns_stay_cached_in_both_contexts() {
     assert_turns_stay_cached(&engine(smollm2_path(), SpecMode::Draft, Some(smollm2_path())));
 }
 
+/// Turn 1, an interleaved job when `interleave`, then turn 2 (greedy), on an engine that saves
+/// sequences of 16 tokens or more; returns turn 2.
+fn turn2_after(engine: &Engine, interleave: bool) -> Generated {
+    let mut messages = conversation(PROMPTS[0]);
+    let first = run(engine, messages.clone(), 32, SamplingParams::greedy());
+    if interleave {
+        let job = run(engine, conversation(PROMPTS[2]), 8, SamplingParams::greedy());
+        assert!(job.timings.cache.save.is_some(), "the job displaced the conversation: {:?}", job.timings.cache);
+    }
+    messages.push(ChatMessage::assistant(first.text));
+    messages.push(ChatMessage::user("Now make it shorter."));
+    run(engine, messages, 32, SamplingParams::greedy())
+}
+
+/// With speculation the state store still works, losslessly: after an interleaved job turn 2
+/// comes from the store and answers exactly as on an engine that never saw the job. MTP's own
+/// context is saved and restored with the target's (its drafts are then accepted exactly as
+/// often); a draft model's context catches up by token comparison.
+#[test]
+fn the_state_store_serves_speculative_decoding() {
+    let saving = |model: PathBuf, mode, draft_model| {
+        let speculation = SpeculationConfig { mode, draft_model, always: true, ..SpeculationConfig::default() };
+        let config = firstword::EngineConfig { speculation, cache_min_tokens: 16, ..test_config(model) };
+        Engine::start(config).expect("model loads")
+    };
+    for (model, mode, draft_model) in
+        [(tiny_mtp_path(), SpecMode::Mtp, None), (smollm2_path(), SpecMode::Draft, Some(smollm2_path()))]
+    {
+        let reference = turn2_after(&saving(model.clone(), mode, draft_model.clone()), false);
+        let restored = turn2_after(&saving(model, mode, draft_model), true);
+        let cache = restored.timings.cache;
+        eprintln!("{mode:?}: reference {:?}, restored {:?} {cache:?}", reference.timings.draft, restored.timings.draft);
+        assert_eq!(cache.source, firstword::CacheSource::Ram, "{cache:?}");
+        assert_eq!(restored.usage.cached_tokens, reference.usage.cached_tokens, "{cache:?}");
+        assert_eq!(restored.text, reference.text, "{mode:?}: the restored turn answers as the live one");
+        let (reference_draft, restored_draft) =
+            (reference.timings.draft.expect("drafted"), restored.timings.draft.expect("drafted"));
+        if mode == SpecMode::Mtp {
+            assert_eq!(restored_draft.accepted, reference_draft.accepted, "the MTP context was restored too");
+        } else {
+            let suffix = restored.usage.prompt_tokens - restored.usage.cached_tokens;
+            assert!(restored_draft.catch_up > suffix, "the draft model caught up lazily: {restored_draft:?}");
+        }
+    }
+}
+
 fn forced_tool_call() -> Value {
     json!({
         "messages": [{"role": "user", "content": "What is the weather in Paris and in Rome?"}],

@@ -372,6 +372,29 @@ async fn http_usage_reports_the_restored_tokens() {
     let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().expect("cached_tokens");
     eprintln!("http: turn 1 prompt {prompt_tokens}, turn 2 usage {}", second["usage"]);
     assert!(cached + u64::from(SLACK) >= prompt_tokens, "turn 2 cached {cached} of turn 1's {prompt_tokens}");
+
+    // timings.cache says where the tokens came from; the interleaved job reports the save.
+    let cache = &second["timings"]["cache"];
+    assert_eq!((&cache["source"], &cache["reason"]), (&json!("ram"), &json!("restored")), "{cache}");
+    assert_eq!(cache["reused"].as_u64(), Some(cached), "{cache}");
+    assert!(cache["restore_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{cache}");
+    let job = &other["timings"]["cache"];
+    assert!(job["save_ms"].as_f64().is_some_and(|ms| ms > 0.0), "the job displaced turn 1: {job}");
+
+    // GET /cache: the live sequence is turn 2's; the job's state waits in the store.
+    let view: serde_json::Value =
+        reqwest::get(format!("{}/cache", server.base)).await.expect("GET /cache").json().await.expect("JSON");
+    eprintln!("GET /cache: {view}");
+    assert!(view["live_tokens"].as_u64().expect("live_tokens") > cached, "{view}");
+    let entries = view["entries"].as_array().expect("entries");
+    let job_prompt = other["usage"]["prompt_tokens"].as_u64().expect("prompt_tokens");
+    assert!(
+        entries.iter().any(|e| e["kind"] == "snapshot" && e["tokens"].as_u64() >= Some(job_prompt)),
+        "the job's snapshot: {view}"
+    );
+    let used: u64 = entries.iter().map(|e| e["bytes"].as_u64().expect("bytes")).sum();
+    assert_eq!(view["used_bytes"].as_u64(), Some(used), "{view}");
+    assert!(used <= view["budget_bytes"].as_u64().expect("budget"), "{view}");
 }
 
 #[test]
@@ -382,4 +405,5 @@ fn the_cli_accepts_cache_flags() {
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("--cache-ram"), "{help}");
     assert!(help.contains("--cache-min-tokens"), "{help}");
+    assert!(help.contains("--checkpoint-every"), "{help}");
 }

@@ -3,7 +3,7 @@
 
 use futures_util::future::BoxFuture;
 
-use crate::engine::{EngineError, Event, Generation, GenerationRequest, ModelInfo};
+use crate::engine::{CacheStatus, EngineError, Event, Generation, GenerationRequest, ModelInfo};
 use crate::Engine;
 
 /// The engine as the handlers use it.
@@ -25,6 +25,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// # Errors
     /// Not loaded, shutting down, queue full, or the chat template rejected the messages.
     fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError>;
+
+    /// What the cache holds.
+    fn cache_status(&self) -> CacheStatus;
 }
 
 /// The events of one submitted request. Dropping it cancels the generation.
@@ -47,6 +50,10 @@ impl Backend for Engine {
 
     fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError> {
         Ok(Box::new(Engine::submit(self, request)?))
+    }
+
+    fn cache_status(&self) -> CacheStatus {
+        Engine::cache_status(self)
     }
 }
 

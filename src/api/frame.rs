@@ -4,10 +4,10 @@
 use super::answer::{AnswerShaper, Ending};
 use super::error::ApiError;
 use super::wire::{
-    ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta, PromptTokensDetails, ResponseMessage, WireTimings,
-    WireUsage,
+    ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta, PromptTokensDetails, ResponseMessage, WireCache,
+    WireTimings, WireUsage,
 };
-use crate::engine::{Event, Timings, Usage};
+use crate::engine::{CacheMiss, CacheReport, Event, Timings, Usage};
 
 /// Sent as `system_fingerprint`: identifies the server build.
 const FINGERPRINT: &str = concat!("firstword-", env!("CARGO_PKG_VERSION"));
@@ -44,6 +44,20 @@ fn wire_timings(usage: Usage, timings: Timings) -> WireTimings {
         predicted_per_second,
         draft_n: timings.draft.map(|d| d.drafted),
         draft_n_accepted: timings.draft.map(|d| d.accepted),
+        cache: wire_cache(timings.cache),
+    }
+}
+
+fn wire_cache(cache: CacheReport) -> WireCache {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    WireCache {
+        source: cache.source.as_str(),
+        reused: cache.reused,
+        prefilled: cache.prefilled,
+        diverged_at: cache.diverged_at,
+        reason: cache.reason.map(CacheMiss::as_str),
+        save_ms: cache.save.map(ms),
+        restore_ms: cache.restore.map(ms),
     }
 }
 

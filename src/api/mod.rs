@@ -99,6 +99,7 @@ fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
         .route("/v1/models", get(models::list_models))
         .route("/models", get(models::list_models))
         .route("/health", get(models::health))
+        .route("/cache", get(models::cache))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -1,4 +1,4 @@
-//! `GET /v1/models` and `GET /health`.
+//! `GET /v1/models`, `GET /health` and `GET /cache`.
 
 use std::sync::Arc;
 
@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::error::ApiError;
-use super::wire::{ModelCard, ModelList, ModelMeta};
+use super::wire::{CacheEntryView, CacheView, ModelCard, ModelList, ModelMeta};
 use super::AppState;
 
 /// Lists the one loaded model.
@@ -38,4 +38,28 @@ pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
         Ok(_) => Json(serde_json::json!({"status": "ok"})).into_response(),
         Err(e) => ApiError::Engine(e).into_response(),
     }
+}
+
+/// What the cache holds: the live sequence and the RAM store's entries (as of the end of the
+/// last request; never waits for a running one).
+pub(super) async fn cache(State(state): State<Arc<AppState>>) -> Result<Json<CacheView>, ApiError> {
+    state.engine.model_info()?;
+    let status = state.engine.cache_status();
+    let unix = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    Ok(Json(CacheView {
+        live_tokens: status.live_tokens,
+        budget_bytes: status.budget_bytes,
+        used_bytes: status.used_bytes,
+        checkpoint_every: status.checkpoint_every,
+        entries: status
+            .entries
+            .into_iter()
+            .map(|entry| CacheEntryView {
+                kind: entry.kind.as_str(),
+                tokens: entry.tokens,
+                bytes: entry.bytes,
+                last_used: unix(entry.last_used),
+            })
+            .collect(),
+    }))
 }

@@ -124,6 +124,50 @@ pub(super) struct WireTimings {
     /// Drafted tokens the model accepted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draft_n_accepted: Option<u32>,
+    /// What the cache did for the prompt.
+    pub cache: WireCache,
+}
+
+/// `timings.cache`: where the reused prompt tokens came from, and why not more.
+#[derive(Debug, Serialize)]
+pub(super) struct WireCache {
+    /// `live`, `ram`, `checkpoint` or `none`.
+    pub source: &'static str,
+    pub reused: u32,
+    pub prefilled: u32,
+    /// Token index where the prompt left what the source held; null where it continued it.
+    pub diverged_at: Option<u32>,
+    /// Why the cache did not serve more (null: it served all it shared with the prompt).
+    pub reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub save_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore_ms: Option<f64>,
+}
+
+/// `GET /cache`: the live sequence and the RAM store.
+#[derive(Debug, Serialize)]
+pub(super) struct CacheView {
+    pub live_tokens: u32,
+    /// The store's budget (0: off).
+    pub budget_bytes: u64,
+    pub used_bytes: u64,
+    /// Tokens between checkpoints of a long prefill, for models that take checkpoints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_every: Option<u32>,
+    /// Most recently used first.
+    pub entries: Vec<CacheEntryView>,
+}
+
+/// One stored entry of `GET /cache`.
+#[derive(Debug, Serialize)]
+pub(super) struct CacheEntryView {
+    /// `snapshot` or `checkpoint`.
+    pub kind: &'static str,
+    pub tokens: u32,
+    pub bytes: u64,
+    /// Unix time (seconds) it was saved or last restored.
+    pub last_used: f64,
 }
 
 /// Non-streaming response.

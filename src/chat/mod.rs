@@ -7,6 +7,7 @@
 //! crate.
 
 mod grammar;
+mod landmarks;
 mod message;
 mod pyjson;
 mod render;
@@ -14,8 +15,9 @@ mod template;
 pub mod tools;
 
 pub use grammar::Grammar;
+pub use landmarks::{Landmarks, PromptPart};
 pub use message::{ChatMessage, Role, ToolCall};
-pub use render::ChatFormat;
+pub use render::{ChatFormat, RenderedChat};
 pub use template::{ChatTemplate, ModelTemplateFacts, TemplateError, TemplateSource};
 
 /// `value` as Python's `json.dumps` writes it (what templates and tool prompts show models).

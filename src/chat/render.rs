@@ -3,7 +3,16 @@
 use std::path::Path;
 
 use super::tools::{prepare_messages, ToolDefinition, ToolFormat};
-use super::{ChatMessage, ChatTemplate, ModelTemplateFacts, TemplateError, TemplateSource};
+use super::{ChatMessage, ChatTemplate, Landmarks, ModelTemplateFacts, TemplateError, TemplateSource};
+
+/// A conversation's prompt text and where its parts lie in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderedChat {
+    /// The prompt text.
+    pub text: String,
+    /// Where its first message and its history end.
+    pub landmarks: Landmarks,
+}
 
 /// How a model's conversations (with or without tools) become prompt text.
 #[derive(Debug)]
@@ -51,10 +60,12 @@ impl ChatFormat {
     ///
     /// # Errors
     /// [`TemplateError::Render`] when the template rejects the messages.
-    pub fn render(&self, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Result<String, TemplateError> {
+    pub fn render(&self, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Result<RenderedChat, TemplateError> {
         let messages = prepare_messages(self.tool_format, messages, tools);
         let definitions = (self.tool_format.template_renders_tools() && !tools.is_empty())
             .then(|| serde_json::Value::Array(tools.iter().map(ToolDefinition::to_openai_json).collect()));
-        self.template.render(&messages, definitions.as_ref(), true)
+        let text = self.template.render(&messages, definitions.as_ref(), true)?;
+        let landmarks = Landmarks::locate(&text, &messages);
+        Ok(RenderedChat { text, landmarks })
     }
 }

@@ -53,10 +53,15 @@ pub struct EngineConfig {
     /// Host RAM, in MiB, for the KV states of other prompts (the state store): a request with
     /// another prefix no longer costs the conversation its cache. 0 turns the store off. More
     /// than the memory available at start-up is refused, except the default, which is then
-    /// lowered to half of it. Off while speculative decoding runs.
+    /// lowered to half of it.
     pub cache_ram_mib: u64,
-    /// Shortest cached sequence worth saving to the store before another prefix takes over.
+    /// Shortest cached sequence worth saving to the store before another prefix takes over
+    /// (and shortest prompt worth a checkpoint).
     pub cache_min_tokens: u32,
+    /// For models whose cache cannot be cut everywhere (recurrent and hybrid ones, a
+    /// sliding window with the small SWA cache): a checkpoint every this many tokens of a
+    /// long prefill, besides the one at each prompt's end; 0: only at the end.
+    pub checkpoint_every: u32,
 }
 
 impl EngineConfig {
@@ -76,6 +81,9 @@ impl EngineConfig {
     pub const DEFAULT_CACHE_RAM_MIB: u64 = 2048;
     /// Default shortest sequence worth saving to the state store.
     pub const DEFAULT_CACHE_MIN_TOKENS: u32 = 256;
+    /// Default tokens between checkpoints of a long prefill: a 4–8K system prompt gets one
+    /// inside it, so an edit after its first 4K tokens still keeps those.
+    pub const DEFAULT_CHECKPOINT_EVERY: u32 = 4096;
 
     /// Defaults for a model path: sizes like llama-server's, threads = physical cores.
     #[must_use]
@@ -99,6 +107,7 @@ impl EngineConfig {
             speculation: super::SpeculationConfig::default(),
             cache_ram_mib: Self::DEFAULT_CACHE_RAM_MIB,
             cache_min_tokens: Self::DEFAULT_CACHE_MIN_TOKENS,
+            checkpoint_every: Self::DEFAULT_CHECKPOINT_EVERY,
         }
     }
 }

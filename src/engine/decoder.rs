@@ -10,6 +10,7 @@ use llama_cpp_2::speculative::MtpSpeculative;
 use llama_cpp_2::token::LlamaToken;
 
 use super::prefix::common_prefix_len;
+use super::store::StateBytes;
 use super::EngineError;
 
 /// What a batch for the target holds.
@@ -230,6 +231,31 @@ impl<'m> ModelDrafter<'m> {
     }
 }
 
+/// A saved sequence: the target's state and, with MTP, the MTP context's.
+pub(crate) struct SavedState {
+    target: SeqState,
+    drafter: Option<SeqState>,
+}
+
+impl StateBytes for SavedState {
+    fn byte_len(&self) -> usize {
+        self.target.byte_len() + self.drafter.as_ref().map_or(0, SeqState::byte_len)
+    }
+}
+
+impl std::fmt::Debug for SavedState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SavedState").field("bytes", &self.byte_len()).finish()
+    }
+}
+
+/// Sequence 0's state of `ctx`.
+fn save_sequence(ctx: &LlamaContext<'_>) -> Option<SeqState> {
+    ctx.state_seq_get(0, LlamaStateSeqFlags::empty())
+        .map_err(|e| tracing::warn!("saving the KV state failed: {e}"))
+        .ok()
+}
+
 /// The most likely token and its probability.
 fn most_likely(logits: &[f32]) -> (LlamaToken, f32) {
     let (best, &max) = logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap_or((0, &0.0));
@@ -264,31 +290,45 @@ impl<'m> Decoder<'m> {
         }
     }
 
-    /// The target's sequence state, for the state store. Plain decoding only: a drafter's
-    /// context would not follow a restore.
-    pub(crate) fn save_target(&self) -> Option<SeqState> {
-        match self {
-            Self::Plain(ctx) => ctx
-                .state_seq_get(0, LlamaStateSeqFlags::empty())
-                .map_err(|e| tracing::warn!("saving the KV state failed: {e}"))
-                .ok(),
-            _ => None,
+    /// The sequence state, for the state store: the target's, and an MTP context's with it
+    /// (it holds the hidden states of what the target evaluated). A draft model's context is
+    /// not saved: it catches up with a restored target by token comparison, after the first
+    /// token, as it does after any other change of prompt.
+    pub(crate) fn save(&mut self) -> Option<SavedState> {
+        if let Self::Mtp(mtp) = self {
+            mtp.flush();
         }
+        let target = save_sequence(self.target())?;
+        let drafter = match self {
+            Self::Mtp(mtp) => Some(save_sequence(mtp.spec.draft_context_mut())?),
+            Self::Plain(_) | Self::Model(_) => None,
+        };
+        Some(SavedState { target, drafter })
     }
 
-    /// Replaces the target's cache with a saved state. False, and the cache empty, when
-    /// llama.cpp refused it.
-    pub(crate) fn restore_target(&mut self, state: &SeqState) -> bool {
-        let Self::Plain(ctx) = self else { return false };
-        ctx.clear_kv_cache();
-        match ctx.state_seq_set(state, 0) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!("restoring a KV state failed: {e}");
-                ctx.clear_kv_cache();
-                false
+    /// Replaces the cache with a saved state. False, and the cache empty, when llama.cpp
+    /// refused the target's state; an MTP context that refuses its own is emptied (its drafts
+    /// are then rejected more often, never accepted wrongly).
+    pub(crate) fn restore(&mut self, state: &SavedState) -> bool {
+        match self {
+            // The draft model's context keeps what it holds: its token list says what that is.
+            Self::Model(model) => model.target.clear_kv_cache(),
+            Self::Plain(_) | Self::Mtp(_) => self.clear(),
+        }
+        let ctx = self.target_mut();
+        if let Err(e) = ctx.state_seq_set(&state.target, 0) {
+            tracing::warn!("restoring a KV state failed: {e}");
+            ctx.clear_kv_cache();
+            return false;
+        }
+        if let (Self::Mtp(mtp), Some(drafter)) = (self, &state.drafter) {
+            let draft = mtp.spec.draft_context_mut();
+            if let Err(e) = draft.state_seq_set(drafter, 0) {
+                tracing::warn!("restoring the MTP context's state failed ({e}); drafts may be rejected more often");
+                draft.clear_kv_cache();
             }
         }
+        true
     }
 
     /// Whether anything drafts.

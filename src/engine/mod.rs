@@ -28,12 +28,15 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::{mpsc as tokio_mpsc, Notify};
 
 use crate::chat::tools::ToolFormat;
-use crate::chat::ChatFormat;
+use crate::chat::{ChatFormat, Landmarks};
 pub use crate::chat::{Grammar, TemplateSource};
 
 pub use config::{physical_cores, EngineConfig, FlashAttention};
 pub use error::{EngineError, SpeculationError};
-pub use request::{DraftStats, Event, FinishReason, GenerationRequest, Prompt, Timings, Usage};
+pub use request::{
+    CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, DraftStats, Event,
+    FinishReason, GenerationRequest, Prompt, Timings, Usage,
+};
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};
 
@@ -78,12 +81,16 @@ struct Loaded {
 }
 
 impl Loaded {
-    /// Renders chat prompts through the model's chat format; other prompts pass through.
-    fn render(&self, prompt: &Prompt) -> Result<worker::PromptInput, EngineError> {
+    /// Renders chat prompts through the model's chat format, with where their parts lie;
+    /// other prompts pass through (and have no parts).
+    fn render(&self, prompt: &Prompt) -> Result<(worker::PromptInput, Landmarks), EngineError> {
         Ok(match prompt {
-            Prompt::Chat { messages, tools } => worker::PromptInput::Text(self.chat.render(messages, tools)?),
-            Prompt::Text(text) => worker::PromptInput::Text(text.clone()),
-            Prompt::Tokens(tokens) => worker::PromptInput::Tokens(tokens.clone()),
+            Prompt::Chat { messages, tools } => {
+                let rendered = self.chat.render(messages, tools)?;
+                (worker::PromptInput::Text(rendered.text), rendered.landmarks)
+            }
+            Prompt::Text(text) => (worker::PromptInput::Text(text.clone()), Landmarks::default()),
+            Prompt::Tokens(tokens) => (worker::PromptInput::Tokens(tokens.clone()), Landmarks::default()),
         })
     }
 }
@@ -109,6 +116,8 @@ enum Command {
 /// A queued request: tokens or text to evaluate, and where its events go.
 struct Job {
     prompt: worker::PromptInput,
+    /// Where the prompt's parts lie, to explain a cache miss.
+    landmarks: Landmarks,
     request: GenerationRequest,
     events: tokio_mpsc::UnboundedSender<Event>,
     /// Set by [`Generation::finish_now`].
@@ -135,6 +144,8 @@ struct Shared {
     /// Generations admitted and not yet finished (the running one included).
     admitted: Arc<AtomicUsize>,
     shutting_down: Arc<AtomicBool>,
+    /// What the cache holds, as the inference thread last published it.
+    cache_status: Arc<Mutex<CacheStatus>>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -181,10 +192,12 @@ impl Engine {
             queue_size: config.queue_size,
             admitted: Arc::new(AtomicUsize::new(0)),
             shutting_down: Arc::new(AtomicBool::new(false)),
+            cache_status: Arc::new(Mutex::new(CacheStatus::default())),
             worker: Mutex::new(None),
         });
         let reporter = Arc::downgrade(&shared);
         let shutting_down = Arc::clone(&shared.shutting_down);
+        let cache_status = Arc::clone(&shared.cache_status);
         let worker = std::thread::Builder::new()
             .name("firstword-inference".into())
             .stack_size(LARGE_STACK_BYTES)
@@ -199,7 +212,7 @@ impl Engine {
                         shared.state_notify.notify_waiters();
                     }
                 };
-                worker::run(&config, report, &command_rx, &shutting_down);
+                worker::run(&config, report, &command_rx, &shutting_down, &cache_status);
             })
             .expect("spawn the inference thread");
         *shared.worker.lock() = Some(worker);
@@ -272,12 +285,19 @@ impl Engine {
     pub fn submit(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
         let loaded = self.loaded()?;
         self.ensure_room()?;
-        let prompt = loaded.render(&request.prompt)?;
+        let (prompt, landmarks) = loaded.render(&request.prompt)?;
         let (events, receiver) = tokio_mpsc::unbounded_channel();
         let finish_requested = Arc::new(AtomicBool::new(false));
         self.shared.admitted.fetch_add(1, Ordering::Relaxed);
         let admitted = Admission(Arc::clone(&self.shared.admitted));
-        let job = Job { prompt, request, events, finish_requested: Arc::clone(&finish_requested), _admitted: admitted };
+        let job = Job {
+            prompt,
+            landmarks,
+            request,
+            events,
+            finish_requested: Arc::clone(&finish_requested),
+            _admitted: admitted,
+        };
         match self.shared.commands.try_send(Command::Generate(Box::new(job))) {
             Ok(()) => Ok(Generation { events: receiver, finish_requested }),
             Err(TrySendError::Full(_)) => Err(EngineError::QueueFull { capacity: self.shared.queue_size }),
@@ -300,13 +320,20 @@ impl Engine {
         Ok(())
     }
 
+    /// What the cache holds: the live sequence and the RAM store's entries, as of the end of
+    /// the last request (never waits for a running one).
+    #[must_use]
+    pub fn cache_status(&self) -> CacheStatus {
+        self.shared.cache_status.lock().clone()
+    }
+
     /// Tokenizes a prompt exactly as a generation would (template, BOS handling). Waits its turn
     /// in the queue; blocks the current thread (not for use inside an async runtime).
     ///
     /// # Errors
     /// Not loaded, shutting down, template rejection, or an empty prompt.
     pub fn tokenize_blocking(&self, prompt: &Prompt) -> Result<Vec<i32>, EngineError> {
-        let prompt = self.loaded()?.render(prompt)?;
+        let (prompt, _) = self.loaded()?.render(prompt)?;
         let (reply, answer) = mpsc::channel();
         self.shared.commands.send(Command::Tokenize { prompt, reply }).map_err(|_| EngineError::ShuttingDown)?;
         answer.recv().map_err(|_| EngineError::ShuttingDown)?

@@ -3,7 +3,7 @@
 //! These are the engine's own types: the HTTP layer translates OpenAI wire types into them and
 //! back, so the engine knows nothing about JSON or SSE.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::chat::tools::ToolDefinition;
 use crate::chat::{ChatMessage, Grammar};
@@ -89,6 +89,151 @@ pub struct Timings {
     pub generation: Duration,
     /// Speculative decoding's counts, when it is on.
     pub draft: Option<DraftStats>,
+    /// Where the reused prompt tokens came from, and why not more.
+    pub cache: CacheReport,
+}
+
+/// What the cache did for one prompt: where its reused tokens came from and, when it could
+/// not serve more of it, why.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CacheReport {
+    /// Where the reused tokens came from.
+    pub source: CacheSource,
+    /// Prompt tokens not evaluated again.
+    pub reused: u32,
+    /// Prompt tokens evaluated.
+    pub prefilled: u32,
+    /// The first prompt position that differs from what the source held (`None`: the prompt
+    /// continues all of it, or nothing was held).
+    pub diverged_at: Option<u32>,
+    /// Why the cache did not serve more (`None`: it served everything it held in common).
+    pub reason: Option<CacheMiss>,
+    /// Time spent saving the live sequence to the store before this prompt took it over.
+    pub save: Option<Duration>,
+    /// Time spent restoring a stored state.
+    pub restore: Option<Duration>,
+}
+
+/// Where a prompt's reused tokens came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheSource {
+    /// The live sequence (the previous request's cache).
+    Live,
+    /// A snapshot of another sequence, restored from the RAM store.
+    Ram,
+    /// A checkpoint of an earlier prompt, restored from the RAM store.
+    Checkpoint,
+    /// Nothing was reused.
+    #[default]
+    None,
+}
+
+/// Why a prompt was not served more from the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheMiss {
+    /// Nothing was cached.
+    Cold,
+    /// The prompt differs inside its first message (the system prompt, tools included).
+    SystemPromptChanged,
+    /// The prompt differs inside an earlier turn: history was rewritten (dropped reasoning,
+    /// an edited message, a reply re-rendered differently).
+    HistoryChanged,
+    /// The prompt is a prefix of what the cache holds (a regenerated reply); its last token is
+    /// evaluated again.
+    PromptShorter,
+    /// A stored snapshot served the prompt better than the live sequence.
+    Restored,
+    /// A checkpoint served the prompt: the live cache could not be cut where it diverged.
+    Checkpoint,
+    /// The sliding-window cache no longer holds what the shared prefix needs.
+    SwaWindow,
+    /// The model's recurrent state cannot be rolled back to where the prompt diverged, and no
+    /// checkpoint covered it.
+    CannotRewind,
+    /// An entry that would have served the prompt was evicted to stay within the budget.
+    Evicted,
+}
+
+impl CacheMiss {
+    /// The name clients see in `timings.cache.reason`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cold => "cold",
+            Self::SystemPromptChanged => "system-prompt-changed",
+            Self::HistoryChanged => "history-changed",
+            Self::PromptShorter => "prompt-shorter",
+            Self::Restored => "restored",
+            Self::Checkpoint => "checkpoint",
+            Self::SwaWindow => "swa-window",
+            Self::CannotRewind => "cannot-rewind",
+            Self::Evicted => "evicted",
+        }
+    }
+}
+
+impl CacheSource {
+    /// The name clients see in `timings.cache.source`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::Ram => "ram",
+            Self::Checkpoint => "checkpoint",
+            Self::None => "none",
+        }
+    }
+}
+
+/// What the cache holds now: the live sequence and the RAM store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheStatus {
+    /// Tokens the live sequence holds.
+    pub live_tokens: u32,
+    /// The store's budget in bytes (0: the store is off).
+    pub budget_bytes: u64,
+    /// Bytes the store holds.
+    pub used_bytes: u64,
+    /// Tokens between checkpoints of a long prefill (0: only at each prompt's end), for
+    /// models that take checkpoints.
+    pub checkpoint_every: Option<u32>,
+    /// The stored entries, most recently used first.
+    pub entries: Vec<CacheEntryStatus>,
+}
+
+/// One stored entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheEntryStatus {
+    /// Why it was saved.
+    pub kind: CacheEntryKind,
+    /// Tokens its state holds.
+    pub tokens: u32,
+    /// Bytes of its state.
+    pub bytes: u64,
+    /// When it was saved or last restored.
+    pub last_used: SystemTime,
+}
+
+/// Why a stored entry was saved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheEntryKind {
+    /// The live sequence, saved before another prompt took the context; it becomes the live
+    /// sequence again when restored (and leaves the store).
+    Snapshot,
+    /// A prompt's state at the end of its prefill (or every `checkpoint_every` tokens of it),
+    /// for models whose cache cannot be cut; it stays in the store when restored.
+    Checkpoint,
+}
+
+impl CacheEntryKind {
+    /// The name `GET /cache` shows.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Snapshot => "snapshot",
+            Self::Checkpoint => "checkpoint",
+        }
+    }
 }
 
 /// What speculative decoding did for one reply.

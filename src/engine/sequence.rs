@@ -3,16 +3,15 @@
 //! list never disagrees with the cache, and the guards that keep a reused prefix correct (the
 //! sliding window, recurrent state that rolls back only so far) sit in one place.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use llama_cpp_2::context::session::SeqState;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::token::LlamaToken;
 
-use super::decoder::{BatchKind, Decoder, Proposal};
+use super::decoder::{BatchKind, Decoder, Proposal, SavedState};
 use super::prefix::{common_prefix_len, plan_reuse, window_covers};
-use super::store::StateStore;
-use super::EngineError;
+use super::store::{Restored, StateBytes, StateStore};
+use super::{CacheEntryKind, CacheEntryStatus, CacheMiss, CacheSource, CacheStatus, EngineError};
 
 /// How many more prompt tokens a stored entry must spare than the live sequence before it is
 /// restored: a restore copies the whole state (a few ms for thousands of tokens of a small
@@ -35,9 +34,39 @@ pub(crate) struct LiveSequence<'m> {
     /// How many of the last cached positions the cache can drop now (recurrent models).
     rewindable: usize,
     /// Other prompts' states in RAM; `None` when off.
-    store: Option<StateStore<SeqState>>,
+    store: Option<StateStore<SavedState>>,
     /// Shortest sequence worth saving to the store.
     min_save: usize,
+    /// Checkpoints are taken (models whose cache cannot be cut everywhere), every this many
+    /// tokens of a long prefill (0: only at each prompt's end).
+    checkpoint_every: Option<usize>,
+    /// The cache holds a prompt just prefilled, to save as a checkpoint before it changes
+    /// (after the first token is out, so it costs nothing in time to first token).
+    checkpoint_pending: bool,
+}
+
+/// What reusing the cache did for one prompt.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reuse {
+    /// Prompt tokens the cache holds now; the rest is prefilled.
+    pub(crate) keep: usize,
+    /// Where they came from.
+    pub(crate) source: CacheSource,
+    /// The first prompt position that differs from what the source (or, with no source, the
+    /// live sequence) held; `None` where the prompt continues all of it.
+    pub(crate) diverged_at: Option<usize>,
+    /// What kept the cache from serving the prefix it shares with the prompt, if anything.
+    pub(crate) obstacle: Option<CacheMiss>,
+    /// Time spent saving the live sequence before the prompt took it over.
+    pub(crate) save: Option<Duration>,
+    /// Time spent restoring a stored state.
+    pub(crate) restore: Option<Duration>,
+}
+
+/// Where `prompt` departs from `held`; `None` where it continues all of it.
+fn divergence(held: &[LlamaToken], prompt: &[LlamaToken]) -> Option<usize> {
+    let common = common_prefix_len(held, prompt);
+    (common < held.len()).then_some(common)
 }
 
 impl<'m> LiveSequence<'m> {
@@ -60,19 +89,50 @@ impl<'m> LiveSequence<'m> {
             rewindable: 0,
             store: None,
             min_save: usize::MAX,
+            checkpoint_every: None,
+            checkpoint_pending: false,
         }
     }
 
-    /// Keeps other prompts' states in up to `budget` bytes of RAM, saving a sequence of at
-    /// least `min_save` tokens before another prompt displaces it. Plain decoding only (a
-    /// drafter's context would not follow a restore); false where it stays off.
-    pub(crate) fn keep_states(&mut self, budget: usize, min_save: usize) -> bool {
-        if budget == 0 || self.decoder.speculates() {
-            return false;
+    /// Keeps other prompts' states in up to `budget` bytes of RAM (nothing when 0), saving a
+    /// sequence of at least `min_save` tokens before another prompt displaces it.
+    /// `checkpoint_every`: also save each prompt of at least `min_save` tokens at the end of
+    /// its prefill, and every this many tokens of a long one (0: only at the end).
+    pub(crate) fn keep_states(&mut self, budget: usize, min_save: usize, checkpoint_every: Option<usize>) {
+        if budget == 0 {
+            return;
         }
-        self.store = Some(StateStore::new(budget));
+        // A restored state continues only from its end where the cache cannot be cut after a
+        // restore (recurrent state) or the restored sliding window holds only the last
+        // `n_swa` positions (measured on gemma-3 with the full SWA cache too).
+        let whole_only = self.recurrent || self.n_swa.is_some();
+        self.store = Some(StateStore::new(budget, whole_only));
         self.min_save = min_save.max(1);
-        true
+        self.checkpoint_every = checkpoint_every;
+    }
+
+    /// What the cache holds now.
+    pub(crate) fn status(&self) -> CacheStatus {
+        let mut status = CacheStatus {
+            live_tokens: self.cached.len() as u32,
+            checkpoint_every: self.checkpoint_every.map(|every| every as u32),
+            ..CacheStatus::default()
+        };
+        if let Some(store) = &self.store {
+            status.budget_bytes = store.budget() as u64;
+            status.used_bytes = store.used() as u64;
+            status.entries = store
+                .entries()
+                .map(|entry| CacheEntryStatus {
+                    kind: entry.kind,
+                    tokens: entry.tokens.len() as u32,
+                    bytes: entry.state.byte_len() as u64,
+                    last_used: entry.used_at,
+                })
+                .collect();
+            status.entries.sort_by_key(|entry| std::cmp::Reverse(entry.last_used));
+        }
+        status
     }
 
     /// The tokens the cache holds, in position order.
@@ -96,29 +156,46 @@ impl<'m> LiveSequence<'m> {
     }
 
     /// Cuts the cache to the longest prefix it shares with `tokens` that it can still continue
-    /// from correctly; returns how many tokens it kept. At least the last token of `tokens` is
-    /// left to evaluate, so its logits are fresh. Where the sliding window already dropped
-    /// what the prefix needs, or the cache cannot be cut there, it is emptied. With the state
-    /// store on, a stored state that spares more of `tokens` replaces the live one, and a live
-    /// sequence about to lose much of what it holds is saved first.
-    pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> usize {
-        let mut keep = self.reusable(tokens);
+    /// from correctly. At least the last token of `tokens` is left to evaluate, so its logits
+    /// are fresh. Where the sliding window already dropped what the prefix needs, or the cache
+    /// cannot be cut there, it is emptied. With the state store on, a stored state that spares
+    /// more of `tokens` replaces the live one, and a live sequence about to lose much of what
+    /// it holds is saved first.
+    pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> Reuse {
+        self.save_pending_checkpoint();
+        let cold = self.cached.is_empty() && self.store.as_ref().is_none_or(|store| store.len() == 0);
+        let (keep, obstacle) = self.reusable(tokens);
+        let mut reuse = Reuse {
+            keep,
+            source: if keep > 0 { CacheSource::Live } else { CacheSource::None },
+            diverged_at: divergence(&self.cached, tokens),
+            obstacle: if cold { Some(CacheMiss::Cold) } else { obstacle },
+            save: None,
+            restore: None,
+        };
         if self.store.is_some() {
-            keep = self.consult_store(tokens, keep);
+            self.consult_store(tokens, &mut reuse);
         }
-        if keep > 0 && !self.cut(keep) {
-            tracing::warn!(keep, cached = self.cached.len(), "the KV cache cannot be cut there; prefilling in full");
-            keep = 0;
+        if reuse.keep > 0 && !self.cut(reuse.keep) {
+            tracing::warn!(
+                keep = reuse.keep,
+                cached = self.cached.len(),
+                "the KV cache cannot be cut there; prefilling in full"
+            );
+            reuse.keep = 0;
+            reuse.source = CacheSource::None;
+            reuse.obstacle = Some(CacheMiss::CannotRewind);
         }
-        if keep == 0 {
+        if reuse.keep == 0 {
             self.clear();
         }
-        keep
+        reuse
     }
 
-    /// How much of the cache `tokens` can reuse: the shared prefix, if the sliding window
-    /// still holds what it needs.
-    fn reusable(&self, tokens: &[LlamaToken]) -> usize {
+    /// How much of the live cache `tokens` can reuse, and what stopped it from reusing all
+    /// they share: the sliding window no longer holds what the prefix needs, or recurrent
+    /// state cannot be rolled back that far.
+    fn reusable(&self, tokens: &[LlamaToken]) -> (usize, Option<CacheMiss>) {
         let keep = plan_reuse(&self.cached, tokens);
         let pos_min = self.decoder.target().kv_cache_seq_pos_min(0);
         tracing::debug!(keep, cached = self.cached.len(), prompt = tokens.len(), pos_min, "prefix reuse");
@@ -127,60 +204,113 @@ impl<'m> LiveSequence<'m> {
                 keep,
                 n_swa = self.n_swa,
                 pos_min,
-                "the sliding-window cache no longer holds what this prefix needs; prefilling in full"
+                "the sliding-window cache no longer holds what this prefix needs"
             );
-            return 0;
+            return (0, Some(CacheMiss::SwaWindow));
         }
-        keep
+        if keep > 0 && !self.can_cut(keep) {
+            tracing::info!(keep, cached = self.cached.len(), "recurrent state cannot be rolled back that far");
+            return (0, Some(CacheMiss::CannotRewind));
+        }
+        (keep, None)
     }
 
-    /// Saves the live sequence if `keep` drops much of it, and restores the stored state that
-    /// spares the most of `tokens` when it beats the live one; returns what is reusable then.
-    fn consult_store(&mut self, tokens: &[LlamaToken], keep: usize) -> usize {
-        let Some(store) = self.store.as_mut() else { return keep };
-        // A restored state continues only from its end where the cache cannot be cut after a
-        // restore (recurrent state) or the restored sliding window holds only the last
-        // `n_swa` positions (measured on gemma-3 with the full SWA cache too).
-        let whole_only = self.recurrent || self.n_swa.is_some();
-        let candidate = store.best(tokens, whole_only).filter(|c| c.reusable >= keep + RESTORE_MARGIN);
-        let entry = candidate.map(|c| store.take(c.index));
-        let kept = if entry.is_some() { 0 } else { keep };
-        if self.cached.len() >= self.min_save && self.cached.len() - kept >= self.min_save {
-            self.save();
+    /// Whether the cache can drop every position from `keep` on.
+    fn can_cut(&self, keep: usize) -> bool {
+        !self.recurrent || self.cached.len().saturating_sub(keep) <= self.rewindable
+    }
+
+    /// Restores the stored state that spares the most of `tokens` when it beats the live one,
+    /// saving the live sequence first if that loses much of what it holds; `reuse` says what
+    /// is reusable then.
+    fn consult_store(&mut self, tokens: &[LlamaToken], reuse: &mut Reuse) {
+        let Some(store) = self.store.as_ref() else { return };
+        let candidate = store.best(tokens).filter(|c| c.reusable >= reuse.keep + RESTORE_MARGIN);
+        if candidate.is_none() && store.evicted_reusable(tokens) >= reuse.keep + RESTORE_MARGIN {
+            reuse.obstacle = Some(CacheMiss::Evicted);
         }
-        let Some(entry) = entry else { return keep };
+        let kept = if candidate.is_some() { 0 } else { reuse.keep };
+        let displaced = (self.cached.len() >= self.min_save && self.cached.len() - kept >= self.min_save)
+            .then(|| {
+                let started = Instant::now();
+                let state = self.decoder.save();
+                reuse.save = Some(started.elapsed());
+                state.map(|state| (self.cached.clone(), state))
+            })
+            .flatten();
+        if let Some(candidate) = candidate {
+            self.restore(tokens, candidate.index, reuse);
+        }
+        if let Some((held, state)) = displaced {
+            self.insert(held, state, CacheEntryKind::Snapshot);
+        }
+    }
+
+    /// Makes the stored entry at `index` the live sequence.
+    fn restore(&mut self, tokens: &[LlamaToken], index: usize, reuse: &mut Reuse) {
+        let Some(store) = self.store.as_mut() else { return };
         let started = Instant::now();
         self.rewindable = 0;
-        if !self.decoder.restore_target(&entry.state) {
+        let restored = store.restore(index);
+        let entry = restored.entry();
+        let (kind, bytes) = (entry.kind, entry.state.byte_len());
+        if !self.decoder.restore(&entry.state) {
             self.cached.clear();
-            return 0;
+            *reuse = Reuse { keep: 0, source: CacheSource::None, ..*reuse };
+            return;
         }
-        self.cached = entry.tokens;
+        self.cached = match restored {
+            Restored::Taken(entry) => entry.tokens,
+            Restored::Kept(entry) => entry.tokens.clone(),
+        };
+        let elapsed = started.elapsed();
         tracing::debug!(
-            tokens = self.cached.len(),
-            mib = entry.state.byte_len() >> 20,
-            ms = started.elapsed().as_secs_f32() * 1000.0,
-            "restored a stored KV state"
-        );
-        self.reusable(tokens)
-    }
-
-    /// Copies the live sequence's state into the store.
-    fn save(&mut self) {
-        let started = Instant::now();
-        let Some(state) = self.decoder.save_target() else { return };
-        let bytes = state.byte_len();
-        let Some(store) = self.store.as_mut() else { return };
-        let saved = store.insert(self.cached.clone(), state);
-        tracing::debug!(
-            saved,
             tokens = self.cached.len(),
             mib = bytes >> 20,
-            ms = started.elapsed().as_secs_f32() * 1000.0,
+            ms = elapsed.as_secs_f32() * 1000.0,
+            ?kind,
+            "restored a stored KV state"
+        );
+        reuse.keep = plan_reuse(&self.cached, tokens);
+        reuse.source = match kind {
+            CacheEntryKind::Snapshot => CacheSource::Ram,
+            CacheEntryKind::Checkpoint => CacheSource::Checkpoint,
+        };
+        reuse.diverged_at = divergence(&self.cached, tokens);
+        reuse.restore = Some(elapsed);
+    }
+
+    /// Stores a saved state of `tokens`.
+    fn insert(&mut self, tokens: Vec<LlamaToken>, state: SavedState, kind: CacheEntryKind) {
+        let Some(store) = self.store.as_mut() else { return };
+        let (count, bytes) = (tokens.len(), state.byte_len());
+        let saved = store.insert(tokens, state, kind);
+        tracing::debug!(
+            saved,
+            ?kind,
+            tokens = count,
+            mib = bytes >> 20,
             entries = store.len(),
             used_mib = store.used() >> 20,
-            "saved the live KV state before another prompt takes the context"
+            "saved a KV state"
         );
+    }
+
+    /// Saves what the cache holds now as a checkpoint.
+    fn save_checkpoint(&mut self) {
+        let started = Instant::now();
+        if let Some(state) = self.decoder.save() {
+            tracing::debug!(ms = started.elapsed().as_secs_f32() * 1000.0, "checkpoint taken");
+            self.insert(self.cached.clone(), state, CacheEntryKind::Checkpoint);
+        }
+    }
+
+    /// Takes the checkpoint of the prompt just prefilled, if one is due (before the cache
+    /// changes; the engine calls it once a reply is done too).
+    pub(crate) fn save_pending_checkpoint(&mut self) {
+        if std::mem::take(&mut self.checkpoint_pending) {
+            self.save_checkpoint();
+        }
     }
 
     /// Drops every cached position from `keep` on. False, and nothing cut, where the cache
@@ -191,9 +321,10 @@ impl<'m> LiveSequence<'m> {
         if keep >= self.cached.len() {
             return true;
         }
-        if self.recurrent && self.cached.len() - keep > self.rewindable {
+        if !self.can_cut(keep) {
             return false;
         }
+        self.save_pending_checkpoint();
         if !self.decoder.truncate(keep) {
             return false;
         }
@@ -205,6 +336,7 @@ impl<'m> LiveSequence<'m> {
 
     /// Empties the cache, the drafter's included.
     pub(crate) fn clear(&mut self) {
+        self.checkpoint_pending = false;
         self.decoder.clear();
         self.cached.clear();
         self.rewindable = 0;
@@ -217,6 +349,7 @@ impl<'m> LiveSequence<'m> {
         if tokens.is_empty() {
             return Err(EngineError::Decode("nothing to evaluate".into()));
         }
+        self.save_pending_checkpoint();
         if let Err(e) = self.decoder.decode(tokens, self.cached.len(), kind) {
             self.clear();
             return Err(e);
@@ -238,8 +371,16 @@ impl<'m> LiveSequence<'m> {
         let chunks = tokens.len().div_ceil(self.n_batch);
         for (i, chunk) in tokens.chunks(self.n_batch).enumerate() {
             go_on()?;
-            let kind = if i + 1 == chunks { BatchKind::PromptEnd } else { BatchKind::Prompt };
-            last_index = self.decode(chunk, kind)?;
+            let last = i + 1 == chunks;
+            let before = self.cached.len();
+            last_index = self.decode(chunk, if last { BatchKind::PromptEnd } else { BatchKind::Prompt })?;
+            let Some(every) = self.checkpoint_every else { continue };
+            let worth = self.cached.len() >= self.min_save;
+            if last {
+                self.checkpoint_pending = worth;
+            } else if worth && every > 0 && before / every != self.cached.len() / every {
+                self.save_checkpoint();
+            }
         }
         Ok(last_index)
     }

@@ -1,26 +1,27 @@
 //! The state store: KV states of other prompts, kept in host RAM, so a request with another
 //! prefix (a summary job between turns, a second conversation) no longer costs the
-//! conversation its cache.
+//! conversation its cache, and checkpoints of prompts for models whose cache cannot be cut.
 //!
 //! Entries are found by comparing tokens, never by a hash: an entry is only ever used for the
 //! exact prefix it shares with the new prompt. The byte budget is never exceeded; the least
-//! recently used entries go first.
+//! recently used entries go first, and the token lists of the last evicted ones are kept to
+//! explain a miss they would have served.
 
-use llama_cpp_2::context::session::SeqState;
+use std::collections::VecDeque;
+use std::time::SystemTime;
+
 use llama_cpp_2::token::LlamaToken;
 
 use super::prefix::plan_reuse;
+use super::CacheEntryKind as EntryKind;
+
+/// Evicted entries whose token lists are kept to explain misses (a few KiB each).
+const EVICTED_KEPT: usize = 16;
 
 /// A saved state's size in host memory.
 pub(crate) trait StateBytes {
     /// Bytes held.
     fn byte_len(&self) -> usize;
-}
-
-impl StateBytes for SeqState {
-    fn byte_len(&self) -> usize {
-        SeqState::byte_len(self)
-    }
 }
 
 /// One saved sequence: exactly the tokens its state holds, position by position.
@@ -30,8 +31,12 @@ pub(crate) struct Entry<S> {
     pub(crate) tokens: Vec<LlamaToken>,
     /// The sequence state.
     pub(crate) state: S,
-    /// When it was saved or last matched (the store's clock).
+    /// Why it was saved.
+    pub(crate) kind: EntryKind,
+    /// When it was saved or last restored (the store's clock).
     last_used: u64,
+    /// The same, in wall-clock time.
+    pub(crate) used_at: SystemTime,
 }
 
 /// The best entry for a prompt.
@@ -50,12 +55,23 @@ pub(crate) struct StateStore<S> {
     budget: usize,
     used: usize,
     clock: u64,
+    /// Only entries a prompt continues in full are usable (the model's cache cannot be cut
+    /// after a restore), so a shorter entry is never made redundant by a longer one.
+    whole_only: bool,
+    /// Token lists of the last evicted entries, newest last.
+    evicted: VecDeque<Vec<LlamaToken>>,
 }
 
 impl<S: StateBytes> StateStore<S> {
-    /// An empty store that never holds more than `budget` bytes.
-    pub(crate) fn new(budget: usize) -> Self {
-        Self { entries: Vec::new(), budget, used: 0, clock: 0 }
+    /// An empty store that never holds more than `budget` bytes; `whole_only`: entries serve
+    /// only prompts that continue them in full.
+    pub(crate) fn new(budget: usize, whole_only: bool) -> Self {
+        Self { entries: Vec::new(), budget, used: 0, clock: 0, whole_only, evicted: VecDeque::new() }
+    }
+
+    /// The byte budget.
+    pub(crate) fn budget(&self) -> usize {
+        self.budget
     }
 
     /// Entries held.
@@ -68,41 +84,73 @@ impl<S: StateBytes> StateStore<S> {
         self.used
     }
 
+    /// The entries, in no particular order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry<S>> {
+        self.entries.iter()
+    }
+
     /// The entry that lets `prompt` skip the most tokens (the most recently used among equals).
-    /// `whole_only`: only entries the prompt continues in full count (models whose cache cannot
-    /// be cut after a restore).
-    pub(crate) fn best(&self, prompt: &[LlamaToken], whole_only: bool) -> Option<Candidate> {
+    pub(crate) fn best(&self, prompt: &[LlamaToken]) -> Option<Candidate> {
         self.entries
             .iter()
             .enumerate()
             .filter_map(|(index, entry)| {
-                let reusable = plan_reuse(&entry.tokens, prompt);
-                let usable = reusable > 0 && (!whole_only || reusable == entry.tokens.len());
-                usable.then_some((Candidate { index, reusable }, entry.last_used))
+                let reusable = self.usable(&entry.tokens, prompt);
+                (reusable > 0).then_some((Candidate { index, reusable }, entry.last_used))
             })
             .max_by_key(|(candidate, last_used)| (candidate.reusable, *last_used))
             .map(|(candidate, _)| candidate)
     }
 
-    /// Takes an entry out (it becomes the live sequence; saved again when that is displaced).
-    pub(crate) fn take(&mut self, index: usize) -> Entry<S> {
+    /// Prompt tokens an entry holding `tokens` would let `prompt` skip.
+    fn usable(&self, tokens: &[LlamaToken], prompt: &[LlamaToken]) -> usize {
+        let reusable = plan_reuse(tokens, prompt);
+        if self.whole_only && reusable < tokens.len() {
+            0
+        } else {
+            reusable
+        }
+    }
+
+    /// The most prompt tokens one of the last evicted entries would have let `prompt` skip.
+    pub(crate) fn evicted_reusable(&self, prompt: &[LlamaToken]) -> usize {
+        self.evicted.iter().map(|tokens| self.usable(tokens, prompt)).max().unwrap_or(0)
+    }
+
+    /// The entry at `index`, to restore: a snapshot leaves the store (it becomes the live
+    /// sequence; saved again when that is displaced), a checkpoint stays and counts as used.
+    pub(crate) fn restore(&mut self, index: usize) -> Restored<'_, S> {
+        if self.entries[index].kind == EntryKind::Snapshot {
+            return Restored::Taken(self.remove(index));
+        }
+        self.clock += 1;
+        let entry = &mut self.entries[index];
+        entry.last_used = self.clock;
+        entry.used_at = SystemTime::now();
+        Restored::Kept(entry)
+    }
+
+    fn remove(&mut self, index: usize) -> Entry<S> {
         let entry = self.entries.swap_remove(index);
         self.used -= entry.state.byte_len();
         entry
     }
 
-    /// Saves a state, evicting the least recently used entries until it fits. An entry that is
-    /// a prefix of the new one is dropped (the new one serves everything it did). False, and
-    /// nothing stored or evicted, when the state alone exceeds the budget.
-    pub(crate) fn insert(&mut self, tokens: Vec<LlamaToken>, state: S) -> bool {
+    /// Saves a state, evicting the least recently used entries until it fits. An entry with
+    /// the same tokens goes, and so does one that is a prefix of the new one where entries can
+    /// be cut (the new one serves everything it did). False, and nothing stored or evicted,
+    /// when the state alone exceeds the budget.
+    pub(crate) fn insert(&mut self, tokens: Vec<LlamaToken>, state: S, kind: EntryKind) -> bool {
         let bytes = state.byte_len();
         if bytes > self.budget {
             return false;
         }
         let mut i = 0;
         while i < self.entries.len() {
-            if tokens.starts_with(&self.entries[i].tokens) {
-                self.take(i);
+            let old = &self.entries[i].tokens;
+            let served = if self.whole_only { *old == tokens } else { tokens.starts_with(old) };
+            if served {
+                self.remove(i);
             } else {
                 i += 1;
             }
@@ -115,12 +163,36 @@ impl<S: StateBytes> StateStore<S> {
                 .min_by_key(|(_, entry)| entry.last_used)
                 .map(|(index, _)| index)
                 .expect("a store over budget holds entries");
-            self.take(oldest);
+            let evicted = self.remove(oldest);
+            if self.evicted.len() == EVICTED_KEPT {
+                self.evicted.pop_front();
+            }
+            self.evicted.push_back(evicted.tokens);
         }
         self.clock += 1;
         self.used += bytes;
-        self.entries.push(Entry { tokens, state, last_used: self.clock });
+        self.evicted.retain(|evicted| *evicted != tokens);
+        self.entries.push(Entry { tokens, state, kind, last_used: self.clock, used_at: SystemTime::now() });
         true
+    }
+}
+
+/// An entry being restored.
+#[derive(Debug)]
+pub(crate) enum Restored<'s, S> {
+    /// A snapshot, out of the store.
+    Taken(Entry<S>),
+    /// A checkpoint, still in the store.
+    Kept(&'s Entry<S>),
+}
+
+impl<S> Restored<'_, S> {
+    /// The entry.
+    pub(crate) fn entry(&self) -> &Entry<S> {
+        match self {
+            Self::Taken(entry) => entry,
+            Self::Kept(entry) => entry,
+        }
     }
 }
 

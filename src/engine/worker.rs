@@ -7,20 +7,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
+use parking_lot::Mutex;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Models};
 use super::reply::{still_wanted, Halt, Reply};
 use super::sampling::TokenPicker;
-use super::sequence::LiveSequence;
-use super::speculation::{DraftDepth, Speculating, SpeculationPlan};
+use super::sequence::{LiveSequence, Reuse};
+use super::speculation::{DraftDepth, Speculating};
 use super::text::longest_run;
-use super::{Command, EngineConfig, EngineError, Event, GenerationRequest, Job, ModelInfo, Timings, Usage};
-use crate::chat::{ChatFormat, ModelTemplateFacts};
+use super::{
+    CacheMiss, CacheReport, CacheSource, CacheStatus, Command, EngineConfig, EngineError, Event, GenerationRequest,
+    Job, ModelInfo, Timings, Usage,
+};
+use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart};
 
 /// Longest run of characters of one kind a text prompt may hold (see [`longest_run`]). With
 /// the inference thread's reserved stack, llama.cpp's `std::regex` pre-tokenizers were measured
@@ -42,16 +45,17 @@ pub(super) fn run(
     report: impl FnOnce(Result<(ModelInfo, ChatFormat), EngineError>),
     commands: &Receiver<Command>,
     shutting_down: &AtomicBool,
+    cache_status: &Mutex<CacheStatus>,
 ) {
     let cache_ram_mib = match check_cache_budget(config.cache_ram_mib) {
         Ok(mib) => mib,
         Err(e) => return report(Err(e)),
     };
-    let Models { backend, model, draft_model, plan } = match Models::load(config) {
+    let models = match Models::load(config) {
         Ok(models) => models,
         Err(e) => return report(Err(e)),
     };
-    let session = Session::new(backend, &model, draft_model.as_ref(), &plan, config, cache_ram_mib, shutting_down);
+    let session = Session::new(&models, config, cache_ram_mib, shutting_down, cache_status);
     let mut session = match session {
         Ok((session, info, chat)) => {
             report(Ok((info, chat)));
@@ -96,6 +100,8 @@ struct Session<'m> {
     n_predict: Option<u32>,
     bos_text: String,
     shutting_down: &'m AtomicBool,
+    /// What the cache holds, published after every request for [`super::Engine::cache_status`].
+    cache_status: &'m Mutex<CacheStatus>,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -108,14 +114,14 @@ struct CompletedReply {
 
 impl<'m> Session<'m> {
     fn new(
-        backend: &LlamaBackend,
-        model: &'m LlamaModel,
-        draft_model: Option<&'m LlamaModel>,
-        plan: &SpeculationPlan,
+        models: &'m Models,
         config: &EngineConfig,
         cache_ram_mib: u64,
         shutting_down: &'m AtomicBool,
+        cache_status: &'m Mutex<CacheStatus>,
     ) -> Result<(Self, ModelInfo, ChatFormat), EngineError> {
+        let Models { backend, model, draft_model, plan } = models;
+        let draft_model = draft_model.as_ref();
         let architecture = model.meta_val_str("general.architecture").unwrap_or_default();
         // The window llama.cpp applies, which the GGUF key alone does not always tell.
         let n_swa = effective_sliding_window(model);
@@ -124,9 +130,11 @@ impl<'m> Session<'m> {
         let recurrent = model.is_recurrent() || model.is_hybrid();
         let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
         let budget = usize::try_from(cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-        if cache_ram_mib > 0 && !sequence.keep_states(budget, config.cache_min_tokens as usize) {
-            tracing::info!("the state store is off while speculative decoding runs (drafters cannot follow a restore)");
-        }
+        // Checkpoints where the live cache cannot be cut everywhere: recurrent state, or a
+        // sliding window the small SWA cache drops.
+        let takes_checkpoints = recurrent || (n_swa.is_some() && !config.swa_full);
+        let checkpoint_every = takes_checkpoints.then_some(config.checkpoint_every as usize);
+        sequence.keep_states(budget, config.cache_min_tokens as usize, checkpoint_every);
 
         let vocab = model.vocab();
         let token_text = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
@@ -164,7 +172,9 @@ impl<'m> Session<'m> {
             n_predict: config.n_predict,
             bos_text,
             shutting_down,
+            cache_status,
         };
+        *cache_status.lock() = session.sequence.status();
         Ok((session, info, chat))
     }
 
@@ -197,13 +207,18 @@ impl<'m> Session<'m> {
     /// Serves one job, whose events end with `Finished` or `Failed` (or with nothing more once
     /// the client has left), then prepares the cache for the next turn.
     fn serve(&mut self, job: Job) {
-        let Job { prompt, request, events, finish_requested, _admitted } = job;
+        let Job { prompt, landmarks, request, events, finish_requested, _admitted } = job;
         let prompt_text = match &prompt {
             PromptInput::Text(text) => Some(text.clone()),
             PromptInput::Tokens(_) => None,
         };
-        match self.run_steps(prompt, &request, &events, &finish_requested) {
+        let parts = PromptParts { text: prompt_text.as_deref(), landmarks };
+        match self.run_steps(prompt, parts, &request, &events, &finish_requested) {
             Ok(CompletedReply { finished, text }) => {
+                // A reply that ended at its first token left the prompt's checkpoint due.
+                self.sequence.save_pending_checkpoint();
+                // What GET /cache shows once the client has its answer.
+                self.publish_cache_status();
                 let _ = events.send(finished);
                 if let Some(prompt_text) = prompt_text {
                     self.align_with_text(prompt_text + &text);
@@ -214,10 +229,17 @@ impl<'m> Session<'m> {
             }
             Err(Halt::Cancelled) => tracing::debug!("client left; generation stopped"),
         }
+        self.sequence.save_pending_checkpoint();
         // After the answer: the MTP context catches up with a prompt batch it has not seen yet.
         self.sequence.mirror_pending();
         // The last sampled token (end-of-turn, or the one that hit the limit) was never
         // evaluated: the next turn prefills it with its new suffix, in the same batch, for free.
+        self.publish_cache_status();
+    }
+
+    /// Publishes what the cache holds for [`super::Engine::cache_status`].
+    fn publish_cache_status(&self) {
+        *self.cache_status.lock() = self.sequence.status();
     }
 
     /// One request's steps, up to its complete reply: tokenize, check the limits, reuse the
@@ -225,6 +247,7 @@ impl<'m> Session<'m> {
     fn run_steps(
         &mut self,
         prompt: PromptInput,
+        parts: PromptParts<'_>,
         request: &GenerationRequest,
         events: &UnboundedSender<Event>,
         finish_requested: &AtomicBool,
@@ -236,7 +259,9 @@ impl<'m> Session<'m> {
 
         // What the drafter evaluated for the last reply's upkeep is no part of this request.
         self.sequence.take_catch_up();
-        let keep = self.sequence.reuse_prefix(&tokens);
+        let reuse = self.sequence.reuse_prefix(&tokens);
+        let cache = self.explain(&reuse, &tokens, parts);
+        let keep = reuse.keep;
         let cached_tokens = keep as u32;
         events.send(Event::Started { prompt_tokens, cached_tokens }).map_err(|_| Halt::Cancelled)?;
         let prefill_start = Instant::now();
@@ -256,8 +281,53 @@ impl<'m> Session<'m> {
         let reason = outcome?;
         let usage = Usage { prompt_tokens, cached_tokens, completion_tokens: reply.tokens() };
         let draft = self.sequence.speculates().then(|| speculating.stats(self.sequence.take_catch_up()));
-        let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed(), draft };
+        let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed(), draft, cache };
         Ok(CompletedReply { finished: Event::Finished { reason, usage, timings }, text: reply.into_text() })
+    }
+
+    /// What the cache did for `tokens`, and why it did not serve more: the part of the prompt
+    /// where it diverged from what the cache held, when nothing else stopped it.
+    fn explain(&self, reuse: &Reuse, tokens: &[LlamaToken], parts: PromptParts<'_>) -> CacheReport {
+        let reason = match reuse.source {
+            CacheSource::Ram => Some(CacheMiss::Restored),
+            CacheSource::Checkpoint => Some(CacheMiss::Checkpoint),
+            CacheSource::Live | CacheSource::None => {
+                reuse.obstacle.or_else(|| reuse.diverged_at.and_then(|at| self.diverged_in(tokens, at, parts)))
+            }
+        };
+        CacheReport {
+            source: reuse.source,
+            reused: reuse.keep as u32,
+            prefilled: (tokens.len() - reuse.keep) as u32,
+            diverged_at: reuse.diverged_at.map(|at| at as u32),
+            reason,
+            save: reuse.save,
+            restore: reuse.restore,
+        }
+    }
+
+    /// Why a prompt that departs from the cache at token `at` did: it is shorter, or it
+    /// changed inside its first message or an earlier turn (`None`: in its newest turn).
+    fn diverged_in(&self, tokens: &[LlamaToken], at: usize, parts: PromptParts<'_>) -> Option<CacheMiss> {
+        if at >= tokens.len() {
+            return Some(CacheMiss::PromptShorter);
+        }
+        let text = parts.text?;
+        let vocab = self.model.vocab();
+        let mut offset: usize = tokens[..at].iter().map(|&t| vocab.token_to_piece(t, true, None).len()).sum();
+        // A BOS the tokenizer added is not in the text.
+        if tokens[0] == vocab.bos() && vocab.should_add_bos() && !text.starts_with(&self.bos_text) {
+            offset = offset.saturating_sub(self.bos_text.len());
+        }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let (before, after) = around(text, offset, 20);
+            tracing::debug!(at, offset, before, after, "the prompt leaves the cache here");
+        }
+        match parts.landmarks.part_at(offset) {
+            PromptPart::FirstMessage => Some(CacheMiss::SystemPromptChanged),
+            PromptPart::History => Some(CacheMiss::HistoryChanged),
+            PromptPart::NewestTurn => None,
+        }
     }
 
     /// The most tokens a reply to `prompt_tokens` may have: the request's `max_tokens`, else
@@ -296,6 +366,26 @@ impl<'m> Session<'m> {
         let Ok(canonical) = self.tokenize(PromptInput::Text(full_text)) else { return };
         self.sequence.rewrite_tail(&canonical);
     }
+}
+
+/// A rendered prompt's text and where its parts lie (no text for token prompts).
+#[derive(Clone, Copy)]
+struct PromptParts<'t> {
+    text: Option<&'t str>,
+    landmarks: Landmarks,
+}
+
+/// Up to `chars` characters of `text` before and after byte `offset` (moved back to a
+/// character boundary).
+fn around(text: &str, offset: usize, chars: usize) -> (&str, &str) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let (head, tail) = text.split_at(offset);
+    let start = head.char_indices().rev().nth(chars.saturating_sub(1)).map_or(0, |(i, _)| i);
+    let end = tail.char_indices().nth(chars).map_or(tail.len(), |(i, _)| i);
+    (&head[start..], &tail[..end])
 }
 
 /// The state store's budget in MiB: a budget larger than the memory available now is refused,

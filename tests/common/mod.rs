@@ -32,7 +32,7 @@ pub(crate) fn tiny_mtp_vocab260_path() -> PathBuf {
     model_path("tiny-mtp-vocab260.gguf")
 }
 
-fn model_path(file: &str) -> PathBuf {
+pub(crate) fn model_path(file: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models").join(file);
     assert!(
         path.exists(),
@@ -245,4 +245,10 @@ pub(crate) fn gemma_turns(engine: &Engine, turn1_len: usize, cut: usize) -> (Pro
     turn2.extend(without_bos("\nQuestion: list three facts about gardens.\nAnswer:"));
     assert_ne!(turn2[cut], base[cut], "the prompts diverge exactly at the cut");
     (Prompt::Tokens(turn1), Prompt::Tokens(turn2))
+}
+
+/// What the cache holds once the engine is idle (the upkeep after the last reply done).
+pub(crate) fn settled_cache(engine: &Engine) -> firstword::CacheStatus {
+    engine.wait_idle_blocking();
+    engine.cache_status()
 }

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 
 use super::super::backend::{Backend, EventSource};
-use crate::engine::{EngineError, Event, GenerationRequest, ModelInfo};
+use crate::engine::{CacheStatus, EngineError, Event, GenerationRequest, ModelInfo};
 
 /// An engine whose answers are written in advance.
 pub(super) struct FakeEngine {
@@ -20,6 +20,8 @@ pub(super) struct FakeEngine {
     pub submitted: Mutex<Vec<GenerationRequest>>,
     /// Set when the API asked a generation to finish now.
     pub finish_requested: Arc<AtomicBool>,
+    /// What `cache_status` answers.
+    pub(super) cache: CacheStatus,
 }
 
 impl FakeEngine {
@@ -31,6 +33,7 @@ impl FakeEngine {
             script: Mutex::new(script),
             submitted: Mutex::new(Vec::new()),
             finish_requested: Arc::new(AtomicBool::new(false)),
+            cache: CacheStatus::default(),
         }
     }
 
@@ -59,6 +62,10 @@ impl Backend for FakeEngine {
         self.submitted.lock().push(request);
         let events = std::mem::take(&mut *self.script.lock()).into();
         Ok(Box::new(Scripted { events, finish_requested: Arc::clone(&self.finish_requested) }))
+    }
+
+    fn cache_status(&self) -> CacheStatus {
+        self.cache.clone()
     }
 }
 

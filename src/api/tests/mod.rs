@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 
 use super::convert::OutputPlan;
 use crate::chat::tools::{OutputSchema, ToolDefinition, ToolFormat, ToolSet};
-use crate::engine::{Event, FinishReason, ModelInfo, TemplateSource, Timings, Usage};
+use crate::engine::{
+    CacheMiss, CacheReport, CacheSource, Event, FinishReason, ModelInfo, TemplateSource, Timings, Usage,
+};
 
 /// A loaded model as the engine would describe it.
 pub(super) fn model() -> ModelInfo {
@@ -56,6 +58,17 @@ pub(super) fn call_text(name: &str, arguments: &str) -> String {
 pub(super) const USAGE: Usage = Usage { prompt_tokens: 10, cached_tokens: 4, completion_tokens: 3 };
 
 /// A `Finished` event with [`USAGE`].
+/// What the scripted cache did: a restore from the RAM store.
+pub(super) const CACHE: CacheReport = CacheReport {
+    source: CacheSource::Ram,
+    reused: 4,
+    prefilled: 6,
+    diverged_at: None,
+    reason: Some(CacheMiss::Restored),
+    save: None,
+    restore: Some(std::time::Duration::from_millis(2)),
+};
+
 pub(super) fn finished(reason: FinishReason) -> Event {
-    Event::Finished { reason, usage: USAGE, timings: Timings::default() }
+    Event::Finished { reason, usage: USAGE, timings: Timings { cache: CACHE, ..Timings::default() } }
 }

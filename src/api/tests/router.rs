@@ -14,7 +14,7 @@ use super::fake::FakeEngine;
 use super::{call_text, finished, USAGE};
 use crate::api::backend::Backend;
 use crate::api::{router_with, ServeOptions};
-use crate::engine::{EngineError, Event, FinishReason};
+use crate::engine::{CacheEntryKind, CacheEntryStatus, CacheStatus, EngineError, Event, FinishReason};
 
 fn request(method: Method, path: &str, content_type: &str, body: Body) -> Request<Body> {
     Request::builder()
@@ -147,6 +147,33 @@ async fn a_non_streaming_answer_has_its_text_usage_and_finish_reason() {
     assert_eq!(answer["choices"][0]["finish_reason"], "stop");
     assert_eq!(answer["usage"]["completion_tokens"], USAGE.completion_tokens);
     assert_eq!(answer["timings"]["cache_n"], USAGE.cached_tokens);
+    assert_eq!(
+        answer["timings"]["cache"],
+        json!({"source": "ram", "reused": 4, "prefilled": 6, "diverged_at": null, "reason": "restored", "restore_ms": 2.0})
+    );
+}
+
+#[tokio::test]
+async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
+    let mut engine = FakeEngine::answering(Vec::new());
+    let last_used = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    engine.cache = CacheStatus {
+        live_tokens: 1200,
+        budget_bytes: 1 << 30,
+        used_bytes: 5 << 20,
+        checkpoint_every: Some(4096),
+        entries: vec![CacheEntryStatus { kind: CacheEntryKind::Checkpoint, tokens: 900, bytes: 5 << 20, last_used }],
+    };
+    let (status, view) = call(&Arc::new(engine), Method::GET, "/cache", Body::empty()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        view,
+        json!({"live_tokens": 1200, "budget_bytes": 1u64 << 30, "used_bytes": 5u64 << 20, "checkpoint_every": 4096,
+            "entries": [{"kind": "checkpoint", "tokens": 900, "bytes": 5u64 << 20, "last_used": 1_700_000_000.0}]})
+    );
+    let loading = Arc::new(FakeEngine::without_model(EngineError::Loading));
+    let (status, _) = call(&loading, Method::GET, "/cache", Body::empty()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 
 use llama_cpp_2::token::LlamaToken;
 
-use super::{Candidate, StateBytes, StateStore};
+use super::{Candidate, EntryKind, Restored, StateBytes, StateStore};
 
 /// A state of `.0` bytes, tagged so tests can tell entries apart.
 #[derive(Debug, PartialEq)]
@@ -18,63 +18,119 @@ fn tokens(ids: &[i32]) -> Vec<LlamaToken> {
     ids.iter().copied().map(LlamaToken).collect()
 }
 
+/// A store of snapshots (entries usable for any prefix they share) unless `whole_only`.
+fn store(budget: usize, whole_only: bool) -> StateStore<Fake> {
+    StateStore::new(budget, whole_only)
+}
+
+fn snapshot(store: &mut StateStore<Fake>, ids: &[i32], bytes: usize, tag: &'static str) -> bool {
+    store.insert(tokens(ids), Fake(bytes, tag), EntryKind::Snapshot)
+}
+
+/// The tag of the entry restored at `index`, and whether it stayed in the store.
+fn restore(store: &mut StateStore<Fake>, index: usize) -> (&'static str, bool) {
+    match store.restore(index) {
+        Restored::Taken(entry) => (entry.state.1, false),
+        Restored::Kept(entry) => (entry.state.1, true),
+    }
+}
+
 #[test]
 fn the_entry_sharing_the_longest_prefix_wins_and_only_for_what_it_shares() {
-    let mut store = StateStore::new(100);
-    assert!(store.insert(tokens(&[1, 2, 3, 4]), Fake(10, "a")));
-    assert!(store.insert(tokens(&[1, 2, 9, 9, 9]), Fake(10, "b")));
-    let best = store.best(&tokens(&[1, 2, 3, 4, 5, 6]), false).expect("a match");
+    let mut store = store(100, false);
+    assert!(snapshot(&mut store, &[1, 2, 3, 4], 10, "a"));
+    assert!(snapshot(&mut store, &[1, 2, 9, 9, 9], 10, "b"));
+    let best = store.best(&tokens(&[1, 2, 3, 4, 5, 6])).expect("a match");
     assert_eq!(best.reusable, 4);
-    assert_eq!(store.take(best.index).state, Fake(10, "a"));
+    assert_eq!(restore(&mut store, best.index), ("a", false));
     // Shares 2 tokens with "b": usable for exactly 2, never beyond.
-    assert_eq!(store.best(&tokens(&[1, 2, 7]), false), Some(Candidate { index: 0, reusable: 2 }));
-    assert_eq!(store.best(&tokens(&[5, 6]), false), None);
+    assert_eq!(store.best(&tokens(&[1, 2, 7])), Some(Candidate { index: 0, reusable: 2 }));
+    assert_eq!(store.best(&tokens(&[5, 6])), None);
 }
 
 #[test]
 fn at_least_the_last_prompt_token_is_left_to_evaluate() {
-    let mut store = StateStore::new(100);
-    store.insert(tokens(&[1, 2, 3]), Fake(1, "a"));
-    assert_eq!(store.best(&tokens(&[1, 2, 3]), false).map(|c| c.reusable), Some(2));
+    let mut store = store(100, false);
+    snapshot(&mut store, &[1, 2, 3], 1, "a");
+    assert_eq!(store.best(&tokens(&[1, 2, 3])).map(|c| c.reusable), Some(2));
 }
 
 #[test]
 fn whole_only_skips_entries_the_prompt_leaves_early() {
-    let mut store = StateStore::new(100);
-    store.insert(tokens(&[1, 2, 3, 4]), Fake(1, "long"));
-    store.insert(tokens(&[1, 2]), Fake(1, "short"));
-    // "short" is a prefix of nothing new here, so both stay.
-    let best = store.best(&tokens(&[1, 2, 3, 9]), true).expect("the whole short entry");
+    let mut store = store(100, true);
+    snapshot(&mut store, &[1, 2, 3, 4], 1, "long");
+    snapshot(&mut store, &[1, 2], 1, "short");
+    let best = store.best(&tokens(&[1, 2, 3, 9])).expect("the whole short entry");
     assert_eq!(best.reusable, 2);
-    assert_eq!(store.take(best.index).state, Fake(1, "short"));
+    assert_eq!(restore(&mut store, best.index), ("short", false));
+    // An entry the prompt continues in full but ends with is not usable either: the
+    // prompt's last token must be evaluated.
+    assert_eq!(store.best(&tokens(&[1, 2, 3, 4])), None);
 }
 
 #[test]
 fn the_budget_is_never_exceeded_and_the_least_recently_used_go_first() {
-    let mut store = StateStore::new(30);
-    store.insert(tokens(&[1]), Fake(10, "a"));
-    store.insert(tokens(&[2]), Fake(10, "b"));
-    store.insert(tokens(&[3]), Fake(10, "c"));
+    let mut store = store(30, false);
+    snapshot(&mut store, &[1], 10, "a");
+    snapshot(&mut store, &[2], 10, "b");
+    snapshot(&mut store, &[3], 10, "c");
     assert_eq!((store.len(), store.used()), (3, 30));
-    store.insert(tokens(&[4]), Fake(15, "d"));
+    snapshot(&mut store, &[4], 15, "d");
     assert!(store.used() <= 30);
     // "a" and "b" (the oldest) made room; "c" and "d" remain.
-    assert!(store.best(&tokens(&[1, 0]), false).is_none() && store.best(&tokens(&[2, 0]), false).is_none());
-    assert!(store.best(&tokens(&[3, 0]), false).is_some() && store.best(&tokens(&[4, 0]), false).is_some());
+    assert!(store.best(&tokens(&[1, 0])).is_none() && store.best(&tokens(&[2, 0])).is_none());
+    assert!(store.best(&tokens(&[3, 0])).is_some() && store.best(&tokens(&[4, 0])).is_some());
+}
+
+#[test]
+fn a_restored_checkpoint_counts_as_used_and_outlives_older_entries() {
+    let mut store = store(20, true);
+    store.insert(tokens(&[1, 2]), Fake(10, "checkpoint"), EntryKind::Checkpoint);
+    snapshot(&mut store, &[3, 4], 10, "snapshot");
+    let best = store.best(&tokens(&[1, 2, 5])).expect("the checkpoint");
+    assert_eq!(restore(&mut store, best.index), ("checkpoint", true));
+    assert_eq!(store.len(), 2, "a checkpoint stays in the store");
+    // Restoring made the checkpoint the most recently used: the snapshot goes first.
+    snapshot(&mut store, &[6, 7], 10, "new");
+    assert!(store.best(&tokens(&[1, 2, 5])).is_some());
+    assert!(store.best(&tokens(&[3, 4, 5])).is_none());
+}
+
+#[test]
+fn evicted_entries_still_explain_a_miss() {
+    let mut store = store(10, false);
+    snapshot(&mut store, &[1, 2, 3, 4], 10, "a");
+    assert_eq!(store.evicted_reusable(&tokens(&[1, 2, 3, 4, 5])), 0, "nothing evicted yet");
+    snapshot(&mut store, &[7, 8], 10, "b");
+    assert_eq!(store.best(&tokens(&[1, 2, 3, 4, 5])), None);
+    assert_eq!(store.evicted_reusable(&tokens(&[1, 2, 3, 4, 5])), 4);
+    // Saved again, it is no longer counted as evicted.
+    snapshot(&mut store, &[1, 2, 3, 4], 10, "a again");
+    assert_eq!(store.evicted_reusable(&tokens(&[1, 2, 3, 4, 5])), 0);
 }
 
 #[test]
 fn a_state_larger_than_the_budget_is_skipped_and_evicts_nothing() {
-    let mut store = StateStore::new(10);
-    store.insert(tokens(&[1]), Fake(5, "a"));
-    assert!(!store.insert(tokens(&[2]), Fake(11, "big")));
+    let mut store = store(10, false);
+    snapshot(&mut store, &[1], 5, "a");
+    assert!(!snapshot(&mut store, &[2], 11, "big"));
     assert_eq!((store.len(), store.used()), (1, 5));
 }
 
 #[test]
 fn a_longer_save_of_the_same_conversation_replaces_its_prefix() {
-    let mut store = StateStore::new(100);
-    store.insert(tokens(&[1, 2]), Fake(5, "turn 1"));
-    store.insert(tokens(&[1, 2, 3, 4]), Fake(8, "turn 2"));
+    let mut store = store(100, false);
+    snapshot(&mut store, &[1, 2], 5, "turn 1");
+    snapshot(&mut store, &[1, 2, 3, 4], 8, "turn 2");
     assert_eq!((store.len(), store.used()), (1, 8));
+}
+
+#[test]
+fn where_entries_serve_only_whole_a_prefix_entry_stays_and_a_duplicate_goes() {
+    let mut store = store(100, true);
+    store.insert(tokens(&[1, 2]), Fake(5, "checkpoint"), EntryKind::Checkpoint);
+    snapshot(&mut store, &[1, 2, 3, 4], 8, "snapshot");
+    assert_eq!(store.len(), 2, "the shorter entry serves prompts that leave the longer one early");
+    store.insert(tokens(&[1, 2]), Fake(6, "checkpoint again"), EntryKind::Checkpoint);
+    assert_eq!((store.len(), store.used()), (2, 14));
 }
