@@ -170,9 +170,9 @@ fn turn2_after(engine: &Engine, interleave: bool) -> Generated {
 }
 
 /// With speculation the state store still works, losslessly: after an interleaved job turn 2
-/// comes from the store and answers exactly as on an engine that never saw the job. MTP's own
-/// context is saved and restored with the target's (its drafts are then accepted exactly as
-/// often); a draft model's context catches up by token comparison.
+/// comes from the store and answers exactly as on an engine that never saw the job. The
+/// drafter's context (MTP's, a draft model's) is saved and restored with the target's, so it
+/// drafts and catches up exactly as often as the never-interleaved one.
 #[test]
 fn the_state_store_serves_speculative_decoding() {
     let saving = |model: PathBuf, mode, draft_model| {
@@ -190,14 +190,9 @@ fn the_state_store_serves_speculative_decoding() {
         assert_eq!(cache.source, firstword::CacheSource::Ram, "{cache:?}");
         assert_eq!(restored.usage.cached_tokens, reference.usage.cached_tokens, "{cache:?}");
         assert_eq!(restored.text, reference.text, "{mode:?}: the restored turn answers as the live one");
-        let (reference_draft, restored_draft) =
-            (reference.timings.draft.expect("drafted"), restored.timings.draft.expect("drafted"));
-        if mode == SpecMode::Mtp {
-            assert_eq!(restored_draft.accepted, reference_draft.accepted, "the MTP context was restored too");
-        } else {
-            let suffix = restored.usage.prompt_tokens - restored.usage.cached_tokens;
-            assert!(restored_draft.catch_up > suffix, "the draft model caught up lazily: {restored_draft:?}");
-        }
+        // The drafter's context came back too: it drafts, and catches up, exactly as the
+        // never-interleaved one did.
+        assert_eq!(restored.timings.draft, reference.timings.draft, "{mode:?}: the drafter's state was restored");
     }
 }
 

@@ -231,15 +231,16 @@ impl<'m> ModelDrafter<'m> {
     }
 }
 
-/// A saved sequence: the target's state and, with MTP, the MTP context's.
+/// A saved sequence: the target's state and its drafter's, with the tokens a draft model's
+/// context held (an MTP context mirrors the target's tokens).
 pub(crate) struct SavedState {
     target: SeqState,
-    drafter: Option<SeqState>,
+    drafter: Option<(SeqState, Vec<LlamaToken>)>,
 }
 
 impl StateBytes for SavedState {
     fn byte_len(&self) -> usize {
-        self.target.byte_len() + self.drafter.as_ref().map_or(0, SeqState::byte_len)
+        self.target.byte_len() + self.drafter.as_ref().map_or(0, |(state, _)| state.byte_len())
     }
 }
 
@@ -290,45 +291,56 @@ impl<'m> Decoder<'m> {
         }
     }
 
-    /// The sequence state, for the state store: the target's, and an MTP context's with it
-    /// (it holds the hidden states of what the target evaluated). A draft model's context is
-    /// not saved: it catches up with a restored target by token comparison, after the first
-    /// token, as it does after any other change of prompt.
+    /// The sequence state, for the state store: the target's, with the drafter's own context
+    /// (an MTP context holds the hidden states of what the target evaluated; a draft model's
+    /// would otherwise have to evaluate the whole restored prompt again after the first token).
     pub(crate) fn save(&mut self) -> Option<SavedState> {
         if let Self::Mtp(mtp) = self {
             mtp.flush();
         }
         let target = save_sequence(self.target())?;
         let drafter = match self {
-            Self::Mtp(mtp) => Some(save_sequence(mtp.spec.draft_context_mut())?),
-            Self::Plain(_) | Self::Model(_) => None,
+            Self::Plain(_) => None,
+            Self::Mtp(mtp) => Some((save_sequence(mtp.spec.draft_context_mut())?, Vec::new())),
+            Self::Model(model) => Some((save_sequence(&model.draft)?, model.cached.clone())),
         };
         Some(SavedState { target, drafter })
     }
 
     /// Replaces the cache with a saved state. False, and the cache empty, when llama.cpp
-    /// refused the target's state; an MTP context that refuses its own is emptied (its drafts
-    /// are then rejected more often, never accepted wrongly).
+    /// refused the target's state; a drafter context that refuses its own is emptied (its
+    /// drafts are then rejected more often, or it catches up again: never accepted wrongly).
     pub(crate) fn restore(&mut self, state: &SavedState) -> bool {
-        match self {
-            // The draft model's context keeps what it holds: its token list says what that is.
-            Self::Model(model) => model.target.clear_kv_cache(),
-            Self::Plain(_) | Self::Mtp(_) => self.clear(),
-        }
+        self.clear();
         let ctx = self.target_mut();
         if let Err(e) = ctx.state_seq_set(&state.target, 0) {
             tracing::warn!("restoring a KV state failed: {e}");
             ctx.clear_kv_cache();
             return false;
         }
-        if let (Self::Mtp(mtp), Some(drafter)) = (self, &state.drafter) {
-            let draft = mtp.spec.draft_context_mut();
-            if let Err(e) = draft.state_seq_set(drafter, 0) {
-                tracing::warn!("restoring the MTP context's state failed ({e}); drafts may be rejected more often");
-                draft.clear_kv_cache();
-            }
+        let Some((drafter, tokens)) = &state.drafter else { return true };
+        let restored = match self {
+            Self::Plain(_) => Ok(()),
+            Self::Mtp(mtp) => mtp.spec.draft_context_mut().state_seq_set(drafter, 0),
+            Self::Model(model) => model.draft.state_seq_set(drafter, 0).map(|()| model.cached.clone_from(tokens)),
+        };
+        if let Err(e) = restored {
+            tracing::warn!("restoring the drafter's state failed ({e}); it starts over");
+            self.clear_drafter();
         }
         true
+    }
+
+    /// Empties the drafter's context.
+    fn clear_drafter(&mut self) {
+        match self {
+            Self::Plain(_) => {}
+            Self::Mtp(mtp) => mtp.spec.draft_context_mut().clear_kv_cache(),
+            Self::Model(model) => {
+                model.draft.clear_kv_cache();
+                model.cached.clear();
+            }
+        }
     }
 
     /// Whether anything drafts.
@@ -377,19 +389,11 @@ impl<'m> Decoder<'m> {
 
     /// Empties every cache.
     pub(crate) fn clear(&mut self) {
-        match self {
-            Self::Plain(ctx) => ctx.clear_kv_cache(),
-            Self::Mtp(mtp) => {
-                mtp.deferred = None;
-                mtp.spec.target_context_mut().clear_kv_cache();
-                mtp.spec.draft_context_mut().clear_kv_cache();
-            }
-            Self::Model(model) => {
-                model.target.clear_kv_cache();
-                model.draft.clear_kv_cache();
-                model.cached.clear();
-            }
+        if let Self::Mtp(mtp) = self {
+            mtp.deferred = None;
         }
+        self.target_mut().clear_kv_cache();
+        self.clear_drafter();
     }
 
     /// Shows an MTP drafter the prompt batch it has not seen yet (the reply ended before any
