@@ -48,7 +48,10 @@ fi
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
   port_free 18081
-  "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja 2>/tmp/llama-server-bench.log &
+  # --no-repack: firstword loads the weights as they are (no repacked or AMX buffers), so this
+  # is the like-for-like setting; llama-server's AMX repack path also segfaults at the first
+  # decode on this project's AMX-capable development machines.
+  "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja --no-repack 2>/tmp/llama-server-bench.log &
   pids+=($!); servers+=(--url http://127.0.0.1:18081 --name llama-server --pid $!)
   wait_healthy 18081 $!
 fi

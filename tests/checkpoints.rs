@@ -1,13 +1,14 @@
 //! Checkpoints for models whose cache cannot be cut where a prompt diverges: recurrent-only
-//! (Mamba) and hybrid (LFM2) fixtures, generated with SmolLM2's tokenizer. A turn that
-//! rewrites history is served from the newest checkpoint at or before the divergence, not
-//! prefilled in full, and answers exactly as a fresh context evaluating the same split.
+//! (Mamba) and hybrid (LFM2) fixtures, generated with SmolLM2's tokenizer, and gemma-3 with
+//! the small SWA cache. A turn that rewrites history is served from the newest checkpoint at
+//! or before the divergence, not prefilled in full, and answers exactly as a fresh context
+//! evaluating the same split.
 
 mod common;
 
 use std::path::Path;
 
-use common::{generate, long_system_prompt, model_path, settled_cache, test_config, Generated};
+use common::{gemma3_path, generate, long_system_prompt, model_path, settled_cache, test_config, Generated};
 use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams};
 
 fn greedy(engine: &Engine, prompt: Prompt, max_tokens: u32) -> Generated {
@@ -120,4 +121,35 @@ fn a_long_prefill_leaves_periodic_checkpoints() {
     assert!(diverged > 256, "diverges late in the system prompt: {diverged}");
     assert_eq!(cache.reused, diverged / 128 * 128, "the newest checkpoint at or before {diverged}: {cache:?}");
     assert_eq!(turn2.text, fresh_split(&config, &prompt, cache.reused, 4).text);
+}
+
+/// gemma-3 with the small SWA cache (window 512, about 1024 positions kept): a turn that
+/// rewrites a reply further back than the cache still holds comes from that turn's prompt
+/// checkpoint.
+#[test]
+fn the_small_swa_cache_serves_a_rewritten_early_turn_from_a_checkpoint() {
+    let config = EngineConfig { swa_full: false, ..config(&gemma3_path()) };
+    let engine = Engine::start(config.clone()).expect("gemma-3 loads");
+    let mut messages =
+        vec![ChatMessage::system(long_system_prompt(800)), ChatMessage::user("Which facts mention trains?")];
+    let turn1 = greedy(&engine, chat(&messages), 8);
+    messages.push(ChatMessage::assistant(turn1.text));
+    let notes = long_system_prompt(1200).replace("Fact", "Note");
+    messages.push(ChatMessage::user(format!("More notes:\n{notes}\nWhich notes mention gardens?")));
+    let turn2 = greedy(&engine, chat(&messages), 8);
+    assert!(
+        turn2.usage.prompt_tokens > turn1.usage.prompt_tokens + 1100,
+        "turn 1's end is far behind the window: {:?}",
+        turn2.usage
+    );
+    messages[2] = ChatMessage::assistant("Facts 3 and 11 mention trains.");
+    messages.push(ChatMessage::assistant(turn2.text));
+    messages.push(ChatMessage::user("Thanks."));
+    let prompt = chat(&messages);
+    let turn3 = greedy(&engine, prompt.clone(), 8);
+    let cache = turn3.timings.cache;
+    eprintln!("turn 1 {:?}, turn 2 {:?}, turn 3 {cache:?}", turn1.usage, turn2.usage);
+    assert_eq!((cache.source, cache.reason), (CacheSource::Checkpoint, Some(CacheMiss::Checkpoint)), "{cache:?}");
+    assert_eq!(cache.reused, turn1.usage.prompt_tokens, "turn 1's prompt checkpoint");
+    assert_eq!(turn3.text, fresh_split(&config, &prompt, cache.reused, 8).text);
 }

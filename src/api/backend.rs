@@ -26,6 +26,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Not loaded, shutting down, queue full, or the chat template rejected the messages.
     fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError>;
 
+    /// Queues a prefill (the prompt only, no generation); its events arrive on the returned
+    /// source.
+    ///
+    /// # Errors
+    /// As [`Backend::submit`].
+    fn prefill(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError>;
+
     /// What the cache holds.
     fn cache_status(&self) -> CacheStatus;
 }
@@ -50,6 +57,10 @@ impl Backend for Engine {
 
     fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError> {
         Ok(Box::new(Engine::submit(self, request)?))
+    }
+
+    fn prefill(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError> {
+        Ok(Box::new(Engine::prefill(self, request)?))
     }
 
     fn cache_status(&self) -> CacheStatus {

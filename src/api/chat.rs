@@ -11,7 +11,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 
 use super::answer::AnswerShaper;
 use super::backend::EventSource;
-use super::convert::prepare_job;
+use super::convert::{prepare_job, ChatJob};
 use super::error::ApiError;
 use super::extract::read_json;
 use super::frame::{ResponseMeta, SseFramer};
@@ -24,14 +24,7 @@ pub(super) async fn chat_completions(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let model = state.engine.model_info()?;
-    // Refused before the body is read when it could not run anyway, or when enough bodies are
-    // being read already: concurrent large bodies would otherwise take unbounded memory.
-    state.engine.ensure_room()?;
-    let reading = state.bodies.try_acquire().map_err(|_| ApiError::Busy("read"))?;
-    let body: ChatCompletionRequest = read_json(request, state.body_timeout).await?;
-    let job = prepare_job(&state.conversions, body, model).await?;
-    drop(reading);
+    let job = read_chat_job(&state, request).await?;
     let mut events = state.engine.submit(job.request)?;
     // Rejections the engine finds (prompt too long, ...) arrive before `Started`: answer them
     // with a proper status instead of a 200 stream.
@@ -48,6 +41,17 @@ pub(super) async fn chat_completions(
     } else {
         complete_response(events, shaper, &meta).await
     }
+}
+
+/// Reads and checks a chat-completions body (also `/v1/prefill`'s) into an engine job.
+pub(super) async fn read_chat_job(state: &AppState, request: Request) -> Result<ChatJob, ApiError> {
+    let model = state.engine.model_info()?;
+    // Refused before the body is read when it could not run anyway, or when enough bodies are
+    // being read already: concurrent large bodies would otherwise take unbounded memory.
+    state.engine.ensure_room()?;
+    let _reading = state.bodies.try_acquire().map_err(|_| ApiError::Busy("read"))?;
+    let body: ChatCompletionRequest = read_json(request, state.body_timeout).await?;
+    prepare_job(&state.conversions, body, model).await
 }
 
 /// 24 random alphanumerics, for response ids.
@@ -73,7 +77,7 @@ async fn complete_response(
             }
             Some(Event::Failed(e)) => return Err(e.into()),
             Some(Event::Started { .. }) => {}
-            None => return Err(ApiError::EngineStopped),
+            Some(Event::Prefilled(_)) | None => return Err(ApiError::EngineStopped),
         }
     }
 }

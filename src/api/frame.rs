@@ -48,7 +48,7 @@ fn wire_timings(usage: Usage, timings: Timings) -> WireTimings {
     }
 }
 
-fn wire_cache(cache: CacheReport) -> WireCache {
+pub(super) fn wire_cache(cache: CacheReport) -> WireCache {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     WireCache {
         source: cache.source.as_str(),
@@ -177,7 +177,7 @@ impl SseFramer {
                 None => failed(ApiError::EngineStopped),
             },
             Some(Event::Failed(e)) => failed(e.into()),
-            None => failed(ApiError::EngineStopped),
+            Some(Event::Prefilled(_)) | None => failed(ApiError::EngineStopped),
         }
     }
 }

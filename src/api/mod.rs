@@ -10,6 +10,7 @@ mod extract;
 mod frame;
 mod limits;
 mod models;
+mod prefill;
 mod wire;
 
 #[cfg(test)]
@@ -100,6 +101,7 @@ fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
         .route("/models", get(models::list_models))
         .route("/health", get(models::health))
         .route("/cache", get(models::cache))
+        .route("/v1/prefill", post(prefill::prefill))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

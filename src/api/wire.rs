@@ -145,6 +145,33 @@ pub(super) struct WireCache {
     pub restore_ms: Option<f64>,
 }
 
+/// `POST /v1/prefill`'s answer.
+#[derive(Debug, Serialize)]
+pub(super) struct PrefillAnswer {
+    /// `prefill`.
+    pub object: &'static str,
+    pub model: String,
+    pub prompt_tokens: u32,
+    /// Of these, how many the cache held before.
+    pub cached_tokens: u32,
+    /// How many this call evaluated.
+    pub prefilled_tokens: u32,
+    /// The whole prompt is cached now (false: it yielded to a chat request first).
+    pub complete: bool,
+    /// A newer prefill arrived before this one ran, so it did nothing.
+    pub superseded: bool,
+    pub timings: PrefillTimings,
+}
+
+/// `POST /v1/prefill`'s `timings`.
+#[derive(Debug, Serialize)]
+pub(super) struct PrefillTimings {
+    pub prompt_ms: f64,
+    /// What the cache did (absent when superseded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<WireCache>,
+}
+
 /// `GET /cache`: the live sequence and the RAM store.
 #[derive(Debug, Serialize)]
 pub(super) struct CacheView {

@@ -258,6 +258,13 @@ fn read_usage(value: &Value, row: &mut Row) {
             other => *field = Some(other.to_string()),
         }
     }
+    // Streams read every chunk: only the one with timings sets them.
+    if let Some(ms) = cache["save_ms"].as_f64() {
+        row.cache_save_ms = Some(ms);
+    }
+    if let Some(ms) = cache["restore_ms"].as_f64() {
+        row.cache_restore_ms = Some(ms);
+    }
 }
 
 /// Adds one `delta.tool_calls[]` element to the calls, by `index`, as clients do.
@@ -316,8 +323,13 @@ mod tests {
         let mut row = Row::new("s", 1, crate::bench::Scenario::Warm, 2);
         read_usage(&json!({"timings": {"draft_n": 3}}), &mut row);
         assert_eq!((row.cache_source.as_deref(), row.cache_reason.as_deref()), (None, None));
-        read_usage(&json!({"timings": {"cache": {"source": "store", "reason": 7}}}), &mut row);
+        assert_eq!((row.cache_save_ms, row.cache_restore_ms), (None, None));
+        read_usage(&json!({"timings": {"cache": {"source": "store", "reason": 7, "restore_ms": 4.5}}}), &mut row);
         assert_eq!((row.cache_source.as_deref(), row.cache_reason.as_deref()), (Some("store"), Some("7")));
+        assert_eq!((row.cache_save_ms, row.cache_restore_ms), (None, Some(4.5)));
+        // A later chunk without timings (the usage chunk) keeps what was read.
+        read_usage(&json!({"usage": {"prompt_tokens": 3}}), &mut row);
+        assert_eq!((row.cache_source.as_deref(), row.cache_restore_ms), (Some("store"), Some(4.5)));
     }
 
     #[test]

@@ -95,6 +95,10 @@ pub struct Row {
     pub cache_source: Option<String>,
     /// Why (`timings.cache.reason`), when reported.
     pub cache_reason: Option<String>,
+    /// Time the server spent saving its live state for this request (`timings.cache.save_ms`).
+    pub cache_save_ms: Option<f64>,
+    /// Time it spent restoring a stored state (`timings.cache.restore_ms`).
+    pub cache_restore_ms: Option<f64>,
 }
 
 impl Row {
@@ -120,6 +124,8 @@ impl Row {
             conversation: None,
             cache_source: None,
             cache_reason: None,
+            cache_save_ms: None,
+            cache_restore_ms: None,
         }
     }
 
@@ -413,7 +419,7 @@ mod tests {
         let text = String::from_utf8(out).expect("utf8");
         assert_eq!(
             text.lines().next(),
-            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason")
+            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,cache_save_ms,cache_restore_ms")
         );
         assert!(text.contains("a,1,cold,1,1.0,,,,,,,,,200,,,,"), "{text}");
     }

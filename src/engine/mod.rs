@@ -20,7 +20,7 @@ mod store;
 mod text;
 mod worker;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 
@@ -35,7 +35,7 @@ pub use config::{physical_cores, EngineConfig, FlashAttention};
 pub use error::{EngineError, SpeculationError};
 pub use request::{
     CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, DraftStats, Event,
-    FinishReason, GenerationRequest, Prompt, Timings, Usage,
+    FinishReason, GenerationRequest, PrefillReport, Prompt, Timings, Usage,
 };
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};
@@ -105,6 +105,8 @@ enum LoadState {
 /// What the inference thread is asked to do, in queue order.
 enum Command {
     Generate(Box<Job>),
+    /// A job that only evaluates its prompt, numbered in submission order.
+    Prefill(Box<Job>, u64),
     Tokenize {
         prompt: worker::PromptInput,
         reply: mpsc::Sender<Result<Vec<i32>, EngineError>>,
@@ -143,17 +145,29 @@ struct Shared {
     queue_size: usize,
     /// Generations admitted and not yet finished (the running one included).
     admitted: Arc<AtomicUsize>,
-    shutting_down: Arc<AtomicBool>,
-    /// What the cache holds, as the inference thread last published it.
-    cache_status: Arc<Mutex<CacheStatus>>,
+    signals: Arc<Signals>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What the handles and the inference thread both read and write.
+#[derive(Default)]
+struct Signals {
+    /// Set once: stop serving.
+    shutting_down: AtomicBool,
+    /// What the cache holds, as the inference thread last published it.
+    cache_status: Mutex<CacheStatus>,
+    /// Generation jobs queued and not taken by the inference thread yet: a running prefill
+    /// yields to them.
+    waiting_generations: AtomicUsize,
+    /// The number of the newest prefill submitted: an older one still queued is skipped.
+    latest_prefill: AtomicU64,
 }
 
 impl Drop for Shared {
     /// The last handle is gone: stop the inference thread and wait for it, so llama.cpp is idle
     /// (and its memory freed) before the caller goes on, e.g. to exit the process.
     fn drop(&mut self) {
-        self.shutting_down.store(true, Ordering::Relaxed);
+        self.signals.shutting_down.store(true, Ordering::Relaxed);
         if let Some(worker) = self.worker.get_mut().take() {
             if worker.thread().id() != std::thread::current().id() {
                 let _ = worker.join();
@@ -191,13 +205,11 @@ impl Engine {
             commands,
             queue_size: config.queue_size,
             admitted: Arc::new(AtomicUsize::new(0)),
-            shutting_down: Arc::new(AtomicBool::new(false)),
-            cache_status: Arc::new(Mutex::new(CacheStatus::default())),
+            signals: Arc::new(Signals::default()),
             worker: Mutex::new(None),
         });
         let reporter = Arc::downgrade(&shared);
-        let shutting_down = Arc::clone(&shared.shutting_down);
-        let cache_status = Arc::clone(&shared.cache_status);
+        let signals = Arc::clone(&shared.signals);
         let worker = std::thread::Builder::new()
             .name("firstword-inference".into())
             .stack_size(LARGE_STACK_BYTES)
@@ -212,7 +224,7 @@ impl Engine {
                         shared.state_notify.notify_waiters();
                     }
                 };
-                worker::run(&config, report, &command_rx, &shutting_down, &cache_status);
+                worker::run(&config, report, &command_rx, &signals);
             })
             .expect("spawn the inference thread");
         *shared.worker.lock() = Some(worker);
@@ -283,6 +295,34 @@ impl Engine {
     /// # Errors
     /// Not loaded yet, shutting down, queue full, or the chat template rejected the messages.
     pub fn submit(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
+        let waiting = &self.shared.signals.waiting_generations;
+        waiting.fetch_add(1, Ordering::Relaxed);
+        let queued = self.queue(request, |job| Command::Generate(Box::new(job)));
+        if queued.is_err() {
+            waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+        queued
+    }
+
+    /// Evaluates a request's prompt into the cache without generating, so the request itself
+    /// (or a longer one: the same conversation with more words) later prefills only the rest.
+    /// Built for a voice pipeline that sends each partial transcript: the prompt is evaluated
+    /// in small chunks and yields to a generation request waiting behind it at the next chunk
+    /// (what it evaluated stays cached), and a prefill still queued when a newer one arrives is
+    /// skipped. Its events: `Started` (or `Failed`), then [`Event::Prefilled`].
+    ///
+    /// # Errors
+    /// As [`Engine::submit`].
+    pub fn prefill(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
+        let number = self.shared.signals.latest_prefill.fetch_add(1, Ordering::Relaxed) + 1;
+        self.queue(request, |job| Command::Prefill(Box::new(job), number))
+    }
+
+    fn queue(
+        &self,
+        request: GenerationRequest,
+        command: impl FnOnce(Job) -> Command,
+    ) -> Result<Generation, EngineError> {
         let loaded = self.loaded()?;
         self.ensure_room()?;
         let (prompt, landmarks) = loaded.render(&request.prompt)?;
@@ -298,7 +338,7 @@ impl Engine {
             finish_requested: Arc::clone(&finish_requested),
             _admitted: admitted,
         };
-        match self.shared.commands.try_send(Command::Generate(Box::new(job))) {
+        match self.shared.commands.try_send(command(job)) {
             Ok(()) => Ok(Generation { events: receiver, finish_requested }),
             Err(TrySendError::Full(_)) => Err(EngineError::QueueFull { capacity: self.shared.queue_size }),
             Err(TrySendError::Disconnected(_)) => Err(EngineError::ShuttingDown),
@@ -311,7 +351,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::QueueFull`] or [`EngineError::ShuttingDown`].
     pub fn ensure_room(&self) -> Result<(), EngineError> {
-        if self.shared.shutting_down.load(Ordering::Relaxed) {
+        if self.shared.signals.shutting_down.load(Ordering::Relaxed) {
             return Err(EngineError::ShuttingDown);
         }
         if self.shared.admitted.load(Ordering::Relaxed) > self.shared.queue_size {
@@ -324,7 +364,7 @@ impl Engine {
     /// the last request (never waits for a running one).
     #[must_use]
     pub fn cache_status(&self) -> CacheStatus {
-        self.shared.cache_status.lock().clone()
+        self.shared.signals.cache_status.lock().clone()
     }
 
     /// Tokenizes a prompt exactly as a generation would (template, BOS handling). Waits its turn
@@ -357,7 +397,7 @@ impl Engine {
     /// Stops serving: the running generation ends with [`EngineError::ShuttingDown`] at its next
     /// token, queued ones fail the same way, and new submissions are refused.
     pub fn shutdown(&self) {
-        self.shared.shutting_down.store(true, Ordering::Relaxed);
+        self.shared.signals.shutting_down.store(true, Ordering::Relaxed);
     }
 
     /// Blocks until the inference thread has stopped after [`Engine::shutdown`], so the process

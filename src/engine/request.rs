@@ -249,7 +249,8 @@ pub struct DraftStats {
 }
 
 /// Events of one generation, in order: `Started`, any number of `Text`, then `Finished` or
-/// `Failed`. A `Failed` may also come first, instead of `Started`.
+/// `Failed` (a prefill's: `Started`, then `Prefilled` or `Failed`). A `Failed` may also come
+/// first, instead of `Started`.
 #[derive(Debug)]
 pub enum Event {
     /// The prompt was accepted and is being evaluated.
@@ -270,6 +271,27 @@ pub enum Event {
         /// Time spent.
         timings: Timings,
     },
+    /// A prefill ([`crate::Engine::prefill`]) ended: its prompt, or as much as it evaluated
+    /// before yielding, is cached.
+    Prefilled(PrefillReport),
     /// Generation could not start or was interrupted.
     Failed(EngineError),
+}
+
+/// What one prefill did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PrefillReport {
+    /// Tokens in the prompt.
+    pub prompt_tokens: u32,
+    /// Of these, how many the cache already held.
+    pub cached_tokens: u32,
+    /// How many this prefill evaluated.
+    pub prefilled_tokens: u32,
+    /// The whole prompt is cached now. False when the prefill yielded to a generation request
+    /// (or was superseded) first.
+    pub complete: bool,
+    /// A newer prefill was submitted before this one ran, so it did nothing.
+    pub superseded: bool,
+    /// Where the time went and what the cache did (no generation).
+    pub timings: Timings,
 }

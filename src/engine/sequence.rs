@@ -163,7 +163,8 @@ impl<'m> LiveSequence<'m> {
     /// it holds is saved first.
     pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> Reuse {
         self.save_pending_checkpoint();
-        let cold = self.cached.is_empty() && self.store.as_ref().is_none_or(|store| store.len() == 0);
+        // Nothing live: unless the store serves the prompt (or had an entry that would have).
+        let cold = self.cached.is_empty();
         let (keep, obstacle) = self.reusable(tokens);
         let mut reuse = Reuse {
             keep,
@@ -225,9 +226,16 @@ impl<'m> LiveSequence<'m> {
     /// is reusable then.
     fn consult_store(&mut self, tokens: &[LlamaToken], reuse: &mut Reuse) {
         let Some(store) = self.store.as_ref() else { return };
-        let candidate = store.best(tokens).filter(|c| c.reusable >= reuse.keep + RESTORE_MARGIN);
-        if candidate.is_none() && store.evicted_reusable(tokens) >= reuse.keep + RESTORE_MARGIN {
-            reuse.obstacle = Some(CacheMiss::Evicted);
+        let worth = reuse.keep + RESTORE_MARGIN;
+        let candidate = store.best(tokens).filter(|c| c.reusable >= worth);
+        if candidate.is_none() {
+            if store.evicted_reusable(tokens) >= worth {
+                reuse.obstacle = Some(CacheMiss::Evicted);
+            } else if store.longest_shared(tokens) >= worth {
+                // An entry shares more, but the prompt leaves it early and a restored state
+                // cannot be cut there.
+                reuse.obstacle = Some(if self.recurrent { CacheMiss::CannotRewind } else { CacheMiss::SwaWindow });
+            }
         }
         let kept = if candidate.is_some() { 0 } else { reuse.keep };
         let displaced = (self.cached.len() >= self.min_save && self.cached.len() - kept >= self.min_save)
@@ -359,17 +367,20 @@ impl<'m> LiveSequence<'m> {
         Ok(tokens.len() as i32 - 1)
     }
 
-    /// Evaluates prompt `tokens` after the cache in `n_batch` chunks; returns the batch index
-    /// holding the last token's logits. `go_on` runs before each chunk, so a long prefill can
-    /// be abandoned between chunks; its error is returned as is.
+    /// Evaluates prompt `tokens` after the cache in chunks of `chunk` tokens (at most
+    /// `n_batch`); returns the batch index holding the last token's logits. `go_on` runs before
+    /// each chunk, so a long prefill can be abandoned between chunks (what was evaluated stays
+    /// cached); its error is returned as is.
     pub(crate) fn prefill<E: From<EngineError>>(
         &mut self,
         tokens: &[LlamaToken],
+        chunk: usize,
         mut go_on: impl FnMut() -> Result<(), E>,
     ) -> Result<i32, E> {
+        let chunk = chunk.clamp(1, self.n_batch);
         let mut last_index = 0;
-        let chunks = tokens.len().div_ceil(self.n_batch);
-        for (i, chunk) in tokens.chunks(self.n_batch).enumerate() {
+        let chunks = tokens.len().div_ceil(chunk);
+        for (i, chunk) in tokens.chunks(chunk).enumerate() {
             go_on()?;
             let last = i + 1 == chunks;
             let before = self.cached.len();

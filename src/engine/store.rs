@@ -112,6 +112,12 @@ impl<S: StateBytes> StateStore<S> {
         }
     }
 
+    /// The longest prefix an entry shares with `prompt`, whether or not the entry can serve it
+    /// (in a whole-only store, one the prompt leaves early cannot).
+    pub(crate) fn longest_shared(&self, prompt: &[LlamaToken]) -> usize {
+        self.entries.iter().map(|entry| plan_reuse(&entry.tokens, prompt)).max().unwrap_or(0)
+    }
+
     /// The most prompt tokens one of the last evicted entries would have let `prompt` skip.
     pub(crate) fn evicted_reusable(&self, prompt: &[LlamaToken]) -> usize {
         self.evicted.iter().map(|tokens| self.usable(tokens, prompt)).max().unwrap_or(0)

@@ -64,6 +64,10 @@ impl Backend for FakeEngine {
         Ok(Box::new(Scripted { events, finish_requested: Arc::clone(&self.finish_requested) }))
     }
 
+    fn prefill(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError> {
+        self.submit(request)
+    }
+
     fn cache_status(&self) -> CacheStatus {
         self.cache.clone()
     }

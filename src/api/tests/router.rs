@@ -11,10 +11,12 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use super::fake::FakeEngine;
-use super::{call_text, finished, USAGE};
+use super::{call_text, finished, CACHE, USAGE};
 use crate::api::backend::Backend;
 use crate::api::{router_with, ServeOptions};
-use crate::engine::{CacheEntryKind, CacheEntryStatus, CacheStatus, EngineError, Event, FinishReason};
+use crate::engine::{
+    CacheEntryKind, CacheEntryStatus, CacheStatus, EngineError, Event, FinishReason, PrefillReport, Timings,
+};
 
 fn request(method: Method, path: &str, content_type: &str, body: Body) -> Request<Body> {
     Request::builder()
@@ -264,4 +266,43 @@ async fn a_failure_mid_stream_is_an_error_event_then_done() {
     let error: Value = serde_json::from_str(events[2].trim_start_matches("data: ")).expect("an envelope");
     assert_eq!((&error["error"]["code"], &error["error"]["type"]), (&"internal_error".into(), &"server_error".into()));
     assert_eq!(events[3], "data: [DONE]");
+}
+
+#[tokio::test]
+async fn a_prefill_answers_with_its_counts_and_a_superseded_one_says_so() {
+    let report = PrefillReport {
+        prompt_tokens: 10,
+        cached_tokens: 4,
+        prefilled_tokens: 6,
+        complete: true,
+        superseded: false,
+        timings: Timings { prompt: std::time::Duration::from_millis(3), cache: CACHE, ..Timings::default() },
+    };
+    let started = Event::Started { prompt_tokens: 10, cached_tokens: 4 };
+    let engine = Arc::new(FakeEngine::answering(vec![started, Event::Prefilled(report)]));
+    let (status, body) = call(&engine, Method::POST, "/v1/prefill", hi().to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (&body["object"], &body["prompt_tokens"], &body["cached_tokens"], &body["prefilled_tokens"]),
+        (&json!("prefill"), &json!(10), &json!(4), &json!(6)),
+        "{body}"
+    );
+    assert_eq!((&body["complete"], &body["superseded"]), (&json!(true), &json!(false)));
+    assert_eq!((&body["timings"]["prompt_ms"], &body["timings"]["cache"]["source"]), (&json!(3.0), &json!("ram")));
+    assert_eq!(engine.submitted.lock().len(), 1);
+
+    let superseded = PrefillReport { superseded: true, ..PrefillReport::default() };
+    let engine = Arc::new(FakeEngine::answering(vec![Event::Prefilled(superseded)]));
+    let (status, body) = call(&engine, Method::POST, "/v1/prefill", hi().to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((&body["superseded"], &body["prefilled_tokens"]), (&json!(true), &json!(0)), "{body}");
+    assert!(body["timings"].get("cache").is_none(), "{body}");
+
+    // Bad bodies are refused as chat completions refuses them, before the engine.
+    let engine = replying(&[], FinishReason::Stop);
+    let bad = "{\"messages\": []}";
+    let (status, body) = call(&engine, Method::POST, "/v1/prefill", bad).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!((status, body), call(&engine, Method::POST, "/v1/chat/completions", bad).await);
+    assert!(engine.submitted.lock().is_empty());
 }

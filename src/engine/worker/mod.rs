@@ -4,12 +4,12 @@
 //! followed by the cache's upkeep for the next turn.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
-use parking_lot::Mutex;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::ffi::effective_sliding_window;
@@ -20,10 +20,12 @@ use super::sequence::{LiveSequence, Reuse};
 use super::speculation::{DraftDepth, Speculating};
 use super::text::longest_run;
 use super::{
-    CacheMiss, CacheReport, CacheSource, CacheStatus, Command, EngineConfig, EngineError, Event, GenerationRequest,
-    Job, ModelInfo, Timings, Usage,
+    CacheMiss, CacheReport, CacheSource, Command, EngineConfig, EngineError, Event, GenerationRequest, Job, ModelInfo,
+    Signals, Timings, Usage,
 };
 use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart};
+
+mod prefill;
 
 /// Longest run of characters of one kind a text prompt may hold (see [`longest_run`]). With
 /// the inference thread's reserved stack, llama.cpp's `std::regex` pre-tokenizers were measured
@@ -44,8 +46,7 @@ pub(super) fn run(
     config: &EngineConfig,
     report: impl FnOnce(Result<(ModelInfo, ChatFormat), EngineError>),
     commands: &Receiver<Command>,
-    shutting_down: &AtomicBool,
-    cache_status: &Mutex<CacheStatus>,
+    signals: &Signals,
 ) {
     let cache_ram_mib = match check_cache_budget(config.cache_ram_mib) {
         Ok(mib) => mib,
@@ -55,7 +56,7 @@ pub(super) fn run(
         Ok(models) => models,
         Err(e) => return report(Err(e)),
     };
-    let session = Session::new(&models, config, cache_ram_mib, shutting_down, cache_status);
+    let session = Session::new(&models, config, cache_ram_mib, signals);
     let mut session = match session {
         Ok((session, info, chat)) => {
             report(Ok((info, chat)));
@@ -64,19 +65,25 @@ pub(super) fn run(
         Err(e) => return report(Err(e)),
     };
     loop {
-        if shutting_down.load(Ordering::Relaxed) {
+        if signals.shutting_down.load(Ordering::Relaxed) {
             // New submissions are refused by now: fail what is still queued, then stop.
             for command in commands.try_iter() {
-                if let Command::Generate(job) = command {
+                if let Command::Generate(job) | Command::Prefill(job, _) = command {
                     let _ = job.events.send(Event::Failed(EngineError::ShuttingDown));
                 }
             }
             break;
         }
         match commands.recv_timeout(Duration::from_millis(100)) {
-            // The client left while the request was queued: drop it without running.
-            Ok(Command::Generate(job)) if job.events.is_closed() => {}
-            Ok(Command::Generate(job)) => session.serve(*job),
+            Ok(Command::Generate(job)) => {
+                signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
+                // The client left while the request was queued: drop it without running.
+                if !job.events.is_closed() {
+                    session.serve(*job);
+                }
+            }
+            Ok(Command::Prefill(job, _)) if job.events.is_closed() => {}
+            Ok(Command::Prefill(job, number)) => session.serve_prefill(*job, number),
             Ok(Command::Tokenize { prompt, reply }) => {
                 let tokens = session.tokenize(prompt).map(|tokens| tokens.into_iter().map(|t| t.0).collect());
                 let _ = reply.send(tokens);
@@ -99,9 +106,8 @@ struct Session<'m> {
     /// Most tokens generated when a request sets no limit.
     n_predict: Option<u32>,
     bos_text: String,
-    shutting_down: &'m AtomicBool,
-    /// What the cache holds, published after every request for [`super::Engine::cache_status`].
-    cache_status: &'m Mutex<CacheStatus>,
+    /// Shared with the handles: shutdown, the published cache status, waiting requests.
+    signals: &'m Signals,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -117,8 +123,7 @@ impl<'m> Session<'m> {
         models: &'m Models,
         config: &EngineConfig,
         cache_ram_mib: u64,
-        shutting_down: &'m AtomicBool,
-        cache_status: &'m Mutex<CacheStatus>,
+        signals: &'m Signals,
     ) -> Result<(Self, ModelInfo, ChatFormat), EngineError> {
         let Models { backend, model, draft_model, plan } = models;
         let draft_model = draft_model.as_ref();
@@ -130,9 +135,11 @@ impl<'m> Session<'m> {
         let recurrent = model.is_recurrent() || model.is_hybrid();
         let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
         let budget = usize::try_from(cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-        // Checkpoints where the live cache cannot be cut everywhere: recurrent state, or a
-        // sliding window the small SWA cache drops.
-        let takes_checkpoints = recurrent || (n_swa.is_some() && !config.swa_full);
+        // Checkpoints where a cache cannot be cut everywhere: recurrent state; a sliding window
+        // (the small SWA cache drops what is older, and a restored state, full SWA cache
+        // included, holds only the last window), so a prompt that leaves a stored
+        // conversation early (a rewritten reply) still finds its own prompt's state.
+        let takes_checkpoints = recurrent || n_swa.is_some();
         let checkpoint_every = takes_checkpoints.then_some(config.checkpoint_every as usize);
         sequence.keep_states(budget, config.cache_min_tokens as usize, checkpoint_every);
 
@@ -171,10 +178,9 @@ impl<'m> Session<'m> {
             depth: DraftDepth::new(plan.draft_max, plan.always),
             n_predict: config.n_predict,
             bos_text,
-            shutting_down,
-            cache_status,
+            signals,
         };
-        *cache_status.lock() = session.sequence.status();
+        session.publish_cache_status();
         Ok((session, info, chat))
     }
 
@@ -239,7 +245,7 @@ impl<'m> Session<'m> {
 
     /// Publishes what the cache holds for [`super::Engine::cache_status`].
     fn publish_cache_status(&self) {
-        *self.cache_status.lock() = self.sequence.status();
+        *self.signals.cache_status.lock() = self.sequence.status();
     }
 
     /// One request's steps, up to its complete reply: tokenize, check the limits, reuse the
@@ -265,8 +271,10 @@ impl<'m> Session<'m> {
         let cached_tokens = keep as u32;
         events.send(Event::Started { prompt_tokens, cached_tokens }).map_err(|_| Halt::Cancelled)?;
         let prefill_start = Instant::now();
-        let shutting_down = self.shutting_down;
-        let logits_index = self.sequence.prefill(&tokens[keep..], || still_wanted(shutting_down, events))?;
+        let signals = self.signals;
+        let shutting_down = &signals.shutting_down;
+        let n_batch = self.sequence.n_batch();
+        let logits_index = self.sequence.prefill(&tokens[keep..], n_batch, || still_wanted(shutting_down, events))?;
         let prompt_time = prefill_start.elapsed();
 
         let generation_start = Instant::now();
@@ -360,7 +368,7 @@ impl<'m> Session<'m> {
     /// next turn's cache would stop inside the reply. Runs while the user reads or listens;
     /// skipped when the difference is larger than one batch.
     fn align_with_text(&mut self, full_text: String) {
-        if self.shutting_down.load(Ordering::Relaxed) {
+        if self.signals.shutting_down.load(Ordering::Relaxed) {
             return;
         }
         let Ok(canonical) = self.tokenize(PromptInput::Text(full_text)) else { return };
@@ -411,4 +419,19 @@ fn available_memory_mib() -> Option<u64> {
     let line = meminfo.lines().find(|line| line.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::around;
+
+    #[test]
+    fn around_takes_whole_characters_on_both_sides() {
+        assert_eq!(around("hello world", 5, 3), ("llo", " wo"));
+        assert_eq!(around("ab", 1, 20), ("a", "b"));
+        assert_eq!(around("ab", 99, 2), ("ab", ""));
+        // Byte 2 is inside 'é' (bytes 1..3): moved back to its start.
+        assert_eq!(around("aébc", 2, 1), ("a", "é"));
+        assert_eq!(around("", 0, 5), ("", ""));
+    }
 }

@@ -1,0 +1,48 @@
+//! `POST /v1/prefill`: evaluates exactly the prompt a chat-completions body would, without
+//! generating, so the request that follows (the same conversation with the last words added)
+//! prefills only what changed. A voice pipeline calls it with each partial transcript.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::Json;
+
+use super::chat::read_chat_job;
+use super::error::ApiError;
+use super::frame::wire_cache;
+use super::wire::{PrefillAnswer, PrefillTimings};
+use super::AppState;
+use crate::engine::{Event, PrefillReport};
+
+/// The handler: the same body and the same 4xx answers as chat completions.
+pub(super) async fn prefill(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+) -> Result<Json<PrefillAnswer>, ApiError> {
+    let job = read_chat_job(&state, request).await?;
+    let mut events = state.engine.prefill(job.request)?;
+    loop {
+        match events.next().await {
+            Some(Event::Started { .. }) => {}
+            Some(Event::Prefilled(report)) => return Ok(Json(answer(job.model, report))),
+            Some(Event::Failed(e)) => return Err(e.into()),
+            Some(Event::Text(_) | Event::Finished { .. }) | None => return Err(ApiError::EngineStopped),
+        }
+    }
+}
+
+fn answer(model: String, report: PrefillReport) -> PrefillAnswer {
+    PrefillAnswer {
+        object: "prefill",
+        model,
+        prompt_tokens: report.prompt_tokens,
+        cached_tokens: report.cached_tokens,
+        prefilled_tokens: report.prefilled_tokens,
+        complete: report.complete,
+        superseded: report.superseded,
+        timings: PrefillTimings {
+            prompt_ms: report.timings.prompt.as_secs_f64() * 1e3,
+            cache: (!report.superseded).then(|| wire_cache(report.timings.cache)),
+        },
+    }
+}

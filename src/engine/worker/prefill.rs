@@ -1,0 +1,92 @@
+//! Prefill jobs: a prompt evaluated into the cache without generating (a voice pipeline's
+//! partial transcript), in small chunks that yield to a generation request waiting behind.
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::{PromptInput, PromptParts, Session};
+use crate::engine::reply::{still_wanted, Halt};
+use crate::engine::{Event, Job, PrefillReport, Timings};
+
+/// Prompt tokens a prefill evaluates between checks for a waiting generation request: about a
+/// second of a small model on a 2-core CPU, a few milliseconds on a GPU.
+const PREFILL_CHUNK: usize = 128;
+
+impl Session<'_> {
+    /// Serves prefill number `number`, whose events end with `Prefilled` or `Failed`; one that
+    /// a newer prefill already replaced is answered as superseded without running.
+    pub(super) fn serve_prefill(&mut self, job: Job, number: u64) {
+        let Job { prompt, landmarks, events, .. } = job;
+        if number < self.signals.latest_prefill.load(Ordering::Relaxed) {
+            tracing::debug!(number, "a newer prefill is queued; this one is skipped");
+            let _ = events.send(Event::Prefilled(PrefillReport { superseded: true, ..PrefillReport::default() }));
+            return;
+        }
+        let text = match &prompt {
+            PromptInput::Text(text) => Some(text.clone()),
+            PromptInput::Tokens(_) => None,
+        };
+        let parts = PromptParts { text: text.as_deref(), landmarks };
+        match self.prefill_steps(prompt, parts, &events) {
+            Ok(report) => {
+                self.sequence.save_pending_checkpoint();
+                self.publish_cache_status();
+                let _ = events.send(Event::Prefilled(report));
+            }
+            Err(Halt::Failed(e)) => {
+                let _ = events.send(Event::Failed(e));
+            }
+            Err(Halt::Cancelled) => tracing::debug!("client left; prefill stopped"),
+        }
+        self.sequence.save_pending_checkpoint();
+        self.sequence.mirror_pending();
+        self.publish_cache_status();
+    }
+
+    /// Tokenize, check the context, reuse the cached prefix, and evaluate the rest until done
+    /// or until a generation request waits.
+    fn prefill_steps(
+        &mut self,
+        prompt: PromptInput,
+        parts: PromptParts<'_>,
+        events: &UnboundedSender<Event>,
+    ) -> Result<PrefillReport, Halt> {
+        let tokens = self.tokenize(prompt)?;
+        let prompt_tokens = tokens.len() as u32;
+        self.limit(prompt_tokens, Some(0))?;
+        self.sequence.take_catch_up();
+        let reuse = self.sequence.reuse_prefix(&tokens);
+        let cache = self.explain(&reuse, &tokens, parts);
+        let keep = reuse.keep;
+        events.send(Event::Started { prompt_tokens, cached_tokens: keep as u32 }).map_err(|_| Halt::Cancelled)?;
+        let started = Instant::now();
+        let signals = self.signals;
+        let yielded = Cell::new(false);
+        let outcome = self.sequence.prefill(&tokens[keep..], PREFILL_CHUNK, || {
+            still_wanted(&signals.shutting_down, events)?;
+            if signals.waiting_generations.load(Ordering::Relaxed) > 0 {
+                yielded.set(true);
+                return Err(Halt::Cancelled);
+            }
+            Ok(())
+        });
+        match outcome {
+            Ok(_) => {}
+            Err(Halt::Cancelled) if yielded.get() => tracing::debug!("prefill yields to a waiting request"),
+            Err(halt) => return Err(halt),
+        }
+        let prefilled_tokens = self.sequence.tokens().len().saturating_sub(keep) as u32;
+        let timings = Timings { prompt: started.elapsed(), generation: Duration::ZERO, draft: None, cache };
+        Ok(PrefillReport {
+            prompt_tokens,
+            cached_tokens: keep as u32,
+            prefilled_tokens,
+            complete: !yielded.get(),
+            superseded: false,
+            timings,
+        })
+    }
+}
