@@ -47,7 +47,7 @@ fn run(
                 return (usage.completion_tokens, f64::from(usage.completion_tokens) / seconds);
             }
             Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } | Event::Text(_) | Event::Prefilled(_) => {}
+            Event::Started { .. } | Event::Text(_) => {}
         }
     }
     panic!("no Finished event");

@@ -45,5 +45,5 @@ pub mod engine;
 pub use chat::{ChatMessage, Grammar, Role};
 pub use engine::{
     CacheMiss, CacheReport, CacheSource, CacheStatus, Engine, EngineConfig, EngineError, Event, FinishReason,
-    Generation, GenerationRequest, ModelInfo, PrefillReport, Prompt, SamplingParams, Usage,
+    Generation, GenerationRequest, ModelInfo, PendingPrefill, PrefillReport, Prompt, SamplingParams, Usage,
 };

@@ -123,3 +123,29 @@ async fn bad_input_gets_the_same_answer_as_chat_completions() {
     let (status, _) = post(&server.base, &spoken("You are brief.", "Still up?")).await;
     assert_eq!(status, 200, "the server is still serving");
 }
+
+/// The library call behind the endpoint: `Engine::prefill`, then the request itself.
+#[tokio::test]
+async fn the_library_prefills_then_generates_from_the_cache() {
+    let (_guard, server) = exclusive_server().await;
+    let messages = |words: &str| {
+        vec![firstword::ChatMessage::system(long_system_prompt(500)), firstword::ChatMessage::user(words)]
+    };
+    let request = |words: &str| firstword::GenerationRequest {
+        max_tokens: Some(4),
+        sampling: firstword::SamplingParams::greedy(),
+        ..firstword::GenerationRequest::chat(messages(words))
+    };
+    let report = server.engine.prefill(request("Turn on the")).expect("queued").wait().await.expect("prefilled");
+    assert!(report.complete && !report.superseded, "{report:?}");
+    assert_eq!(report.cached_tokens + report.prefilled_tokens, report.prompt_tokens, "{report:?}");
+    let mut generation = server.engine.submit(request("Turn on the kitchen lights.")).expect("submitted");
+    let usage = loop {
+        match generation.next().await.expect("an event") {
+            firstword::Event::Finished { usage, .. } => break usage,
+            firstword::Event::Failed(e) => panic!("{e}"),
+            _ => {}
+        }
+    };
+    assert!(usage.cached_tokens + 8 >= report.prompt_tokens, "{usage:?} after {report:?}");
+}

@@ -127,7 +127,7 @@ async fn every_format_grammar_parses_in_llama_cpp() {
                     Some(Event::Finished { .. }) => break,
                     Some(Event::Failed(e)) => panic!("{format:?} {choice:?}: {e}"),
                     Some(Event::Started { .. }) => {}
-                    Some(Event::Prefilled(_)) | None => panic!("{format:?}: no end"),
+                    None => panic!("{format:?}: no end"),
                 }
             }
             if choice == ToolChoice::Required {

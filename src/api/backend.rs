@@ -3,7 +3,7 @@
 
 use futures_util::future::BoxFuture;
 
-use crate::engine::{CacheStatus, EngineError, Event, Generation, GenerationRequest, ModelInfo};
+use crate::engine::{CacheStatus, EngineError, Event, Generation, GenerationRequest, ModelInfo, PrefillReport};
 use crate::Engine;
 
 /// The engine as the handlers use it.
@@ -26,16 +26,19 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Not loaded, shutting down, queue full, or the chat template rejected the messages.
     fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError>;
 
-    /// Queues a prefill (the prompt only, no generation); its events arrive on the returned
-    /// source.
+    /// Queues a prefill (the prompt only, no generation); the returned future gives its
+    /// report.
     ///
     /// # Errors
     /// As [`Backend::submit`].
-    fn prefill(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError>;
+    fn prefill(&self, request: GenerationRequest) -> Result<PrefillFuture, EngineError>;
 
     /// What the cache holds.
     fn cache_status(&self) -> CacheStatus;
 }
+
+/// A queued prefill's outcome. Dropping it cancels the prefill.
+pub(crate) type PrefillFuture = BoxFuture<'static, Result<PrefillReport, EngineError>>;
 
 /// The events of one submitted request. Dropping it cancels the generation.
 pub(crate) trait EventSource: Send {
@@ -59,8 +62,8 @@ impl Backend for Engine {
         Ok(Box::new(Engine::submit(self, request)?))
     }
 
-    fn prefill(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError> {
-        Ok(Box::new(Engine::prefill(self, request)?))
+    fn prefill(&self, request: GenerationRequest) -> Result<PrefillFuture, EngineError> {
+        Ok(Box::pin(Engine::prefill(self, request)?.wait()))
     }
 
     fn cache_status(&self) -> CacheStatus {

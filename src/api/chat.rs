@@ -77,7 +77,7 @@ async fn complete_response(
             }
             Some(Event::Failed(e)) => return Err(e.into()),
             Some(Event::Started { .. }) => {}
-            Some(Event::Prefilled(_)) | None => return Err(ApiError::EngineStopped),
+            None => return Err(ApiError::EngineStopped),
         }
     }
 }

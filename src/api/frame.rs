@@ -177,7 +177,7 @@ impl SseFramer {
                 None => failed(ApiError::EngineStopped),
             },
             Some(Event::Failed(e)) => failed(e.into()),
-            Some(Event::Prefilled(_)) | None => failed(ApiError::EngineStopped),
+            None => failed(ApiError::EngineStopped),
         }
     }
 }

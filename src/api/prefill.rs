@@ -12,7 +12,7 @@ use super::error::ApiError;
 use super::frame::wire_cache;
 use super::wire::{PrefillAnswer, PrefillTimings};
 use super::AppState;
-use crate::engine::{Event, PrefillReport};
+use crate::engine::PrefillReport;
 
 /// The handler: the same body and the same 4xx answers as chat completions.
 pub(super) async fn prefill(
@@ -20,15 +20,8 @@ pub(super) async fn prefill(
     request: Request,
 ) -> Result<Json<PrefillAnswer>, ApiError> {
     let job = read_chat_job(&state, request).await?;
-    let mut events = state.engine.prefill(job.request)?;
-    loop {
-        match events.next().await {
-            Some(Event::Started { .. }) => {}
-            Some(Event::Prefilled(report)) => return Ok(Json(answer(job.model, report))),
-            Some(Event::Failed(e)) => return Err(e.into()),
-            Some(Event::Text(_) | Event::Finished { .. }) | None => return Err(ApiError::EngineStopped),
-        }
-    }
+    let report = state.engine.prefill(job.request)?.await?;
+    Ok(Json(answer(job.model, report)))
 }
 
 fn answer(model: String, report: PrefillReport) -> PrefillAnswer {

@@ -25,7 +25,7 @@ use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
-use tokio::sync::{mpsc as tokio_mpsc, Notify};
+use tokio::sync::{mpsc as tokio_mpsc, oneshot, Notify};
 
 use crate::chat::tools::ToolFormat;
 use crate::chat::{ChatFormat, Landmarks};
@@ -118,6 +118,8 @@ enum Command {
 /// A queued request: tokens or text to evaluate, and where its events go.
 struct Job {
     prompt: worker::PromptInput,
+    /// Where a prefill's report goes (prefill jobs only; failures go to `events`).
+    report: Option<oneshot::Sender<PrefillReport>>,
     /// Where the prompt's parts lie, to explain a cache miss.
     landmarks: Landmarks,
     request: GenerationRequest,
@@ -297,11 +299,12 @@ impl Engine {
     pub fn submit(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
         let waiting = &self.shared.signals.waiting_generations;
         waiting.fetch_add(1, Ordering::Relaxed);
-        let queued = self.queue(request, |job| Command::Generate(Box::new(job)));
+        let queued = self.queue(request, None, |job| Command::Generate(Box::new(job)));
         if queued.is_err() {
             waiting.fetch_sub(1, Ordering::Relaxed);
         }
-        queued
+        let (events, finish_requested) = queued?;
+        Ok(Generation { events, finish_requested })
     }
 
     /// Evaluates a request's prompt into the cache without generating, so the request itself
@@ -309,20 +312,25 @@ impl Engine {
     /// Built for a voice pipeline that sends each partial transcript: the prompt is evaluated
     /// in small chunks and yields to a generation request waiting behind it at the next chunk
     /// (what it evaluated stays cached), and a prefill still queued when a newer one arrives is
-    /// skipped. Its events: `Started` (or `Failed`), then [`Event::Prefilled`].
+    /// skipped. Wait for its [`PrefillReport`] with [`PendingPrefill::wait`].
     ///
     /// # Errors
     /// As [`Engine::submit`].
-    pub fn prefill(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
+    pub fn prefill(&self, request: GenerationRequest) -> Result<PendingPrefill, EngineError> {
         let number = self.shared.signals.latest_prefill.fetch_add(1, Ordering::Relaxed) + 1;
-        self.queue(request, |job| Command::Prefill(Box::new(job), number))
+        let (report, report_rx) = oneshot::channel();
+        let (events, _) = self.queue(request, Some(report), |job| Command::Prefill(Box::new(job), number))?;
+        Ok(PendingPrefill { events, report: report_rx })
     }
 
+    /// Renders `request` and queues it as `command`; returns its event receiver and its
+    /// finish-now flag.
     fn queue(
         &self,
         request: GenerationRequest,
+        report: Option<oneshot::Sender<PrefillReport>>,
         command: impl FnOnce(Job) -> Command,
-    ) -> Result<Generation, EngineError> {
+    ) -> Result<(tokio_mpsc::UnboundedReceiver<Event>, Arc<AtomicBool>), EngineError> {
         let loaded = self.loaded()?;
         self.ensure_room()?;
         let (prompt, landmarks) = loaded.render(&request.prompt)?;
@@ -332,6 +340,7 @@ impl Engine {
         let admitted = Admission(Arc::clone(&self.shared.admitted));
         let job = Job {
             prompt,
+            report,
             landmarks,
             request,
             events,
@@ -339,7 +348,7 @@ impl Engine {
             _admitted: admitted,
         };
         match self.shared.commands.try_send(command(job)) {
-            Ok(()) => Ok(Generation { events: receiver, finish_requested }),
+            Ok(()) => Ok((receiver, finish_requested)),
             Err(TrySendError::Full(_)) => Err(EngineError::QueueFull { capacity: self.shared.queue_size }),
             Err(TrySendError::Disconnected(_)) => Err(EngineError::ShuttingDown),
         }
@@ -407,6 +416,48 @@ impl Engine {
         if let Some(worker) = worker {
             let _ = worker.join();
         }
+    }
+}
+
+/// A queued prefill. Dropping it cancels the prefill at its next chunk.
+#[derive(Debug)]
+pub struct PendingPrefill {
+    events: tokio_mpsc::UnboundedReceiver<Event>,
+    report: oneshot::Receiver<PrefillReport>,
+}
+
+impl PendingPrefill {
+    /// Waits until the prefill has run.
+    ///
+    /// # Errors
+    /// What stopped it: the prompt does not fit the context, a decode failed, shutting down.
+    pub async fn wait(mut self) -> Result<PrefillReport, EngineError> {
+        if let Ok(report) = (&mut self.report).await {
+            return Ok(report);
+        }
+        while let Some(event) = self.events.recv().await {
+            if let Event::Failed(e) = event {
+                return Err(e);
+            }
+        }
+        Err(EngineError::ShuttingDown)
+    }
+
+    /// [`PendingPrefill::wait`], blocking the current thread (not for use inside an async
+    /// runtime).
+    ///
+    /// # Errors
+    /// As [`PendingPrefill::wait`].
+    pub fn wait_blocking(mut self) -> Result<PrefillReport, EngineError> {
+        if let Ok(report) = self.report.blocking_recv() {
+            return Ok(report);
+        }
+        while let Some(event) = self.events.blocking_recv() {
+            if let Event::Failed(e) = event {
+                return Err(e);
+            }
+        }
+        Err(EngineError::ShuttingDown)
     }
 }
 

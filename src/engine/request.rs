@@ -249,8 +249,7 @@ pub struct DraftStats {
 }
 
 /// Events of one generation, in order: `Started`, any number of `Text`, then `Finished` or
-/// `Failed` (a prefill's: `Started`, then `Prefilled` or `Failed`). A `Failed` may also come
-/// first, instead of `Started`.
+/// `Failed`. A `Failed` may also come first, instead of `Started`.
 #[derive(Debug)]
 pub enum Event {
     /// The prompt was accepted and is being evaluated.
@@ -271,14 +270,11 @@ pub enum Event {
         /// Time spent.
         timings: Timings,
     },
-    /// A prefill ([`crate::Engine::prefill`]) ended: its prompt, or as much as it evaluated
-    /// before yielding, is cached.
-    Prefilled(PrefillReport),
     /// Generation could not start or was interrupted.
     Failed(EngineError),
 }
 
-/// What one prefill did.
+/// What one prefill did ([`crate::Engine::prefill`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PrefillReport {
     /// Tokens in the prompt.

@@ -203,7 +203,6 @@ pub(crate) fn generate(engine: &Engine, request: GenerationRequest) -> Generated
             Event::Text(piece) => text.push_str(&piece),
             Event::Finished { reason, usage, timings } => return Generated { text, reason, usage, timings },
             Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Prefilled(report) => panic!("a generation ended as a prefill: {report:?}"),
             Event::Started { .. } => {}
         }
     }

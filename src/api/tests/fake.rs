@@ -7,8 +7,8 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 
-use super::super::backend::{Backend, EventSource};
-use crate::engine::{CacheStatus, EngineError, Event, GenerationRequest, ModelInfo};
+use super::super::backend::{Backend, EventSource, PrefillFuture};
+use crate::engine::{CacheStatus, EngineError, Event, GenerationRequest, ModelInfo, PrefillReport};
 
 /// An engine whose answers are written in advance.
 pub(super) struct FakeEngine {
@@ -22,6 +22,8 @@ pub(super) struct FakeEngine {
     pub finish_requested: Arc<AtomicBool>,
     /// What `cache_status` answers.
     pub(super) cache: CacheStatus,
+    /// What a prefill reports (none: the engine stopped).
+    pub(super) prefilled: Option<PrefillReport>,
 }
 
 impl FakeEngine {
@@ -34,7 +36,13 @@ impl FakeEngine {
             submitted: Mutex::new(Vec::new()),
             finish_requested: Arc::new(AtomicBool::new(false)),
             cache: CacheStatus::default(),
+            prefilled: None,
         }
+    }
+
+    /// A loaded model with room whose prefills report `report`.
+    pub(super) fn prefilling(report: PrefillReport) -> Self {
+        Self { prefilled: Some(report), ..Self::answering(Vec::new()) }
     }
 
     /// An engine whose model facts are `error` (e.g. still loading).
@@ -64,8 +72,11 @@ impl Backend for FakeEngine {
         Ok(Box::new(Scripted { events, finish_requested: Arc::clone(&self.finish_requested) }))
     }
 
-    fn prefill(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError> {
-        self.submit(request)
+    fn prefill(&self, request: GenerationRequest) -> Result<PrefillFuture, EngineError> {
+        self.room.clone()?;
+        self.submitted.lock().push(request);
+        let outcome = self.prefilled.ok_or(EngineError::ShuttingDown);
+        Ok(Box::pin(std::future::ready(outcome)))
     }
 
     fn cache_status(&self) -> CacheStatus {

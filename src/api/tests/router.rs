@@ -278,8 +278,7 @@ async fn a_prefill_answers_with_its_counts_and_a_superseded_one_says_so() {
         superseded: false,
         timings: Timings { prompt: std::time::Duration::from_millis(3), cache: CACHE, ..Timings::default() },
     };
-    let started = Event::Started { prompt_tokens: 10, cached_tokens: 4 };
-    let engine = Arc::new(FakeEngine::answering(vec![started, Event::Prefilled(report)]));
+    let engine = Arc::new(FakeEngine::prefilling(report));
     let (status, body) = call(&engine, Method::POST, "/v1/prefill", hi().to_string()).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
@@ -292,7 +291,7 @@ async fn a_prefill_answers_with_its_counts_and_a_superseded_one_says_so() {
     assert_eq!(engine.submitted.lock().len(), 1);
 
     let superseded = PrefillReport { superseded: true, ..PrefillReport::default() };
-    let engine = Arc::new(FakeEngine::answering(vec![Event::Prefilled(superseded)]));
+    let engine = Arc::new(FakeEngine::prefilling(superseded));
     let (status, body) = call(&engine, Method::POST, "/v1/prefill", hi().to_string()).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!((&body["superseded"], &body["prefilled_tokens"]), (&json!(true), &json!(0)), "{body}");

@@ -213,7 +213,7 @@ impl<'m> Session<'m> {
     /// Serves one job, whose events end with `Finished` or `Failed` (or with nothing more once
     /// the client has left), then prepares the cache for the next turn.
     fn serve(&mut self, job: Job) {
-        let Job { prompt, landmarks, request, events, finish_requested, _admitted } = job;
+        let Job { prompt, landmarks, request, events, finish_requested, .. } = job;
         let prompt_text = match &prompt {
             PromptInput::Text(text) => Some(text.clone()),
             PromptInput::Tokens(_) => None,

@@ -19,10 +19,11 @@ impl Session<'_> {
     /// Serves prefill number `number`, whose events end with `Prefilled` or `Failed`; one that
     /// a newer prefill already replaced is answered as superseded without running.
     pub(super) fn serve_prefill(&mut self, job: Job, number: u64) {
-        let Job { prompt, landmarks, events, .. } = job;
+        let Job { prompt, landmarks, events, report: report_to, .. } = job;
+        let Some(report_to) = report_to else { return };
         if number < self.signals.latest_prefill.load(Ordering::Relaxed) {
             tracing::debug!(number, "a newer prefill is queued; this one is skipped");
-            let _ = events.send(Event::Prefilled(PrefillReport { superseded: true, ..PrefillReport::default() }));
+            let _ = report_to.send(PrefillReport { superseded: true, ..PrefillReport::default() });
             return;
         }
         let text = match &prompt {
@@ -34,7 +35,7 @@ impl Session<'_> {
             Ok(report) => {
                 self.sequence.save_pending_checkpoint();
                 self.publish_cache_status();
-                let _ = events.send(Event::Prefilled(report));
+                let _ = report_to.send(report);
             }
             Err(Halt::Failed(e)) => {
                 let _ = events.send(Event::Failed(e));
