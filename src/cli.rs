@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use firstword::bench::{BenchConfig, Outputs, Target, Weights};
 use firstword::engine::{
-    EngineConfig, EngineError, FlashAttention, SpecMode, SpeculationConfig, SpeculationError, LLAMA_CPP_BUILD,
+    EngineConfig, EngineError, FlashAttention, Prompt, SpecMode, SpeculationConfig, SpeculationError, LLAMA_CPP_BUILD,
 };
 
 /// `firstword --version`: this crate's version and the llama.cpp it links.
@@ -118,6 +118,11 @@ pub(crate) struct CacheArgs {
     /// only there).
     #[arg(long = "checkpoint-every", value_name = "N", env = "FIRSTWORD_CHECKPOINT_EVERY", default_value_t = EngineConfig::DEFAULT_CHECKPOINT_EVERY)]
     pub checkpoint_every: u32,
+    /// Prefill this at start, before /health reports ready (repeatable): a chat-completions
+    /// JSON body (messages, tools) or a text file used as the system prompt. The first
+    /// request that shares it is then cached.
+    #[arg(long = "warm", value_name = "FILE")]
+    pub warm: Vec<PathBuf>,
 }
 
 /// Speculative decoding.
@@ -194,6 +199,22 @@ pub(crate) enum SpecArg {
 }
 
 impl ServeArgs {
+    /// The `--warm` files as prompts.
+    ///
+    /// # Errors
+    /// A file that cannot be read, or JSON that is no chat-completions body.
+    pub(crate) fn warm_prompts(&self) -> anyhow::Result<Vec<Prompt>> {
+        self.cache
+            .warm
+            .iter()
+            .map(|path| {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("--warm {}: cannot read it: {e}", path.display()))?;
+                firstword::api::warm_prompt(&text).map_err(|e| anyhow::anyhow!("--warm {}: {e}", path.display()))
+            })
+            .collect()
+    }
+
     /// The engine's configuration.
     pub(crate) fn engine_config(&self) -> EngineConfig {
         let defaults = EngineConfig::new(&self.model.path);

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use firstword::engine::LLAMA_CPP_BUILD;
-use firstword::Engine;
+use firstword::{Engine, EngineConfig};
 use tracing_subscriber::EnvFilter;
 
 use cli::{BenchArgs, Cli, Command, ServeArgs};
@@ -40,8 +40,9 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let listener =
         tokio::net::TcpListener::bind(address).await.map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
     let address = listener.local_addr()?;
-    // Listen first, so /health answers 503 while the model loads.
-    let engine = Engine::spawn(args.engine_config());
+    let config = EngineConfig { warm: args.warm_prompts()?, ..args.engine_config() };
+    // Listen first, so /health answers 503 while the model loads (and warms).
+    let engine = Engine::spawn(config);
     let mut server = tokio::spawn(firstword::api::serve(listener, engine.clone(), shutdown_signal(engine.clone())));
     let info = tokio::select! {
         info = engine.wait_ready() => info.map_err(|e| anyhow::anyhow!(cli::in_flag_terms(&e)))?,

@@ -1,9 +1,9 @@
-//! The `firstword` binary: version, load failures, and graceful shutdown on SIGTERM.
+//! The `firstword` binary: version, load failures, `--warm`, and graceful shutdown on SIGTERM.
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Lines};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_firstword");
@@ -37,8 +37,9 @@ fn a_missing_model_exits_non_zero_with_a_clear_message() {
     assert!(stderr.contains("cannot read model file"), "{stderr}");
 }
 
-#[test]
-fn sigterm_ends_a_running_stream_with_an_error_event_and_exits_zero() {
+/// A `firstword serve` over SmolLM2 with `extra` flags, once it logged that it is ready: the
+/// process, its port and the rest of its log.
+fn serve_smollm2(extra: &[&str]) -> (Child, u16, Lines<BufReader<ChildStderr>>) {
     let port = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
         probe.local_addr().expect("addr").port()
@@ -47,12 +48,13 @@ fn sigterm_ends_a_running_stream_with_an_error_event_and_exits_zero() {
         .args(["serve", "-m"])
         .arg(common::smollm2_path())
         .args(["--port", &port.to_string(), "-c", "2048", "-t", "2"])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .expect("starts");
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let line = lines.next().expect("server still running").expect("line");
         if line.contains("ready") {
@@ -61,6 +63,54 @@ fn sigterm_ends_a_running_stream_with_an_error_event_and_exits_zero() {
         }
         assert!(Instant::now() < deadline, "server did not become ready");
     }
+    (child, port, lines)
+}
+
+#[test]
+fn a_warm_file_is_prefilled_before_ready_and_the_first_request_is_cached() {
+    let dir = std::env::temp_dir().join(format!("firstword-warm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let system = common::long_system_prompt(600);
+    let text_file = dir.join("system.txt");
+    std::fs::write(&text_file, &system).expect("write");
+    let (mut child, port, _lines) = serve_smollm2(&["--warm", text_file.to_str().expect("path")]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (live, usage) = runtime.block_on(async {
+        let base = format!("http://127.0.0.1:{port}");
+        let cache: serde_json::Value =
+            reqwest::get(format!("{base}/cache")).await.expect("GET /cache").json().await.expect("JSON");
+        let body = serde_json::json!({"messages": [{"role": "system", "content": system},
+            {"role": "user", "content": "Which facts mention trains?"}], "max_tokens": 4, "temperature": 0});
+        let (status, answer) = common::post(&base, &body).await;
+        assert_eq!(status, 200, "{answer}");
+        (cache["live_tokens"].as_u64().expect("live_tokens"), answer["usage"].clone())
+    });
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+    eprintln!("warmed {live} tokens; first request {usage}");
+    assert!(live > 500, "the system prompt was prefilled at start: {live} tokens");
+    let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().expect("cached_tokens");
+    // All but the warm prompt's closing of the empty user turn and its generation prompt.
+    assert!(cached + 16 >= live, "the first request reused the warm prompt: {usage}");
+
+    // A JSON body that is no chat request is refused at start, naming the file.
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"messages": [{"role": "wizard", "content": "hi"}]}"#).expect("write");
+    let out = Command::new(BIN)
+        .args(["serve", "-m"])
+        .arg(common::smollm2_path())
+        .args(["--port", "0", "--warm", bad.to_str().expect("path")])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--warm") && stderr.contains("bad.json") && stderr.contains("role"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigterm_ends_a_running_stream_with_an_error_event_and_exits_zero() {
+    let (mut child, port, lines) = serve_smollm2(&[]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let body = runtime.block_on(async {
         let mut response = reqwest::Client::new()

@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::error::{ApiError, Refusal};
+use super::extract::parse_json;
 use super::limits::{check_schema, check_stops, too_many, MAX_LOGIT_BIAS, MAX_TOOLS};
 use super::wire::{ChatCompletionRequest, Content, Stop, WireMessage};
 use crate::chat::tools::{request_grammar, OutputSchema, ToolChoice, ToolDefinition, ToolFormat, ToolSet};
@@ -179,6 +180,25 @@ pub(crate) async fn prepare_job(
 }
 
 /// `tools`: each `{"type": "function", "function": {"name", "description"?, "parameters"?}}`.
+/// A start-up prompt (`--warm FILE`) from a file's text: a chat-completions body (`messages`
+/// and `tools`; the rest is ignored) when it is a JSON object, else a system prompt, followed by
+/// an empty user message so the part every conversation shares (the system turn and the next
+/// turn's opening) is what gets cached.
+///
+/// # Errors
+/// A JSON object that is no valid chat-completions body, with the same message the endpoint
+/// would give.
+pub fn warm_prompt(text: &str) -> Result<Prompt, ApiError> {
+    if !text.trim_start().starts_with('{') {
+        let messages = vec![ChatMessage::system(text.trim_end()), ChatMessage::user("")];
+        return Ok(Prompt::Chat { messages, tools: Vec::new() });
+    }
+    let body: ChatCompletionRequest = parse_json(text.as_bytes())?;
+    let messages = convert_messages(body.messages)?;
+    let tools = convert_tools(body.tools.unwrap_or_default())?;
+    Ok(Prompt::Chat { messages, tools })
+}
+
 fn convert_tools(tools: Vec<Value>) -> Result<Vec<ToolDefinition>, ApiError> {
     if tools.len() > MAX_TOOLS {
         return Err(too_many("tools", "tools", tools.len(), MAX_TOOLS));

@@ -29,6 +29,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+pub use convert::warm_prompt;
 pub use error::{ApiError, OutputError, Refusal};
 
 use crate::Engine;

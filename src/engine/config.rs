@@ -62,6 +62,10 @@ pub struct EngineConfig {
     /// sliding window with the small SWA cache): a checkpoint every this many tokens of a
     /// long prefill, besides the one at each prompt's end; 0: only at the end.
     pub checkpoint_every: u32,
+    /// Prompts prefilled at start, before the engine reports ready (a long system prompt the
+    /// first request will share): that request is then cached. See
+    /// [`crate::api::warm_prompt`] for reading them from chat-completions JSON or text.
+    pub warm: Vec<super::Prompt>,
 }
 
 impl EngineConfig {
@@ -108,6 +112,7 @@ impl EngineConfig {
             cache_ram_mib: Self::DEFAULT_CACHE_RAM_MIB,
             cache_min_tokens: Self::DEFAULT_CACHE_MIN_TOKENS,
             checkpoint_every: Self::DEFAULT_CHECKPOINT_EVERY,
+            warm: Vec::new(),
         }
     }
 }

@@ -291,3 +291,18 @@ fn a_named_tool_choice_and_json_formats_are_accepted() {
     assert!(object.output.schema.is_some() && object.request.grammar.is_some());
     assert!(accepted(with("response_format", json!({"type": "text"}))).output.schema.is_none());
 }
+
+#[test]
+fn a_warm_file_is_a_chat_body_or_a_system_prompt() {
+    let Prompt::Chat { messages, tools } = warm_prompt("You are helpful.\n").expect("text") else { panic!("chat") };
+    assert_eq!(messages, vec![ChatMessage::system("You are helpful."), ChatMessage::user("")]);
+    assert!(tools.is_empty());
+    let body = json!({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+        "tools": weather_tools(), "temperature": 0.3});
+    let Prompt::Chat { messages, tools } = warm_prompt(&body.to_string()).expect("JSON") else { panic!("chat") };
+    assert_eq!(messages.len(), 2);
+    assert_eq!(tools.len(), 1);
+    let error = warm_prompt(r#"{"messages": [{"role": "wizard", "content": "x"}]}"#).expect_err("bad role");
+    assert!(error.to_string().contains("role"), "{error}");
+    assert!(warm_prompt("{ not json").is_err());
+}

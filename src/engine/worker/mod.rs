@@ -58,7 +58,8 @@ pub(super) fn run(
     };
     let session = Session::new(&models, config, cache_ram_mib, signals);
     let mut session = match session {
-        Ok((session, info, chat)) => {
+        Ok((mut session, info, chat)) => {
+            session.warm(&config.warm, &chat);
             report(Ok((info, chat)));
             session
         }

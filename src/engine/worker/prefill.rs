@@ -8,14 +8,53 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{PromptInput, PromptParts, Session};
+use crate::chat::{ChatFormat, Landmarks};
 use crate::engine::reply::{still_wanted, Halt};
-use crate::engine::{Event, Job, PrefillReport, Timings};
+use crate::engine::{Event, Job, PrefillReport, Prompt, Timings};
 
 /// Prompt tokens a prefill evaluates between checks for a waiting generation request: about a
 /// second of a small model on a 2-core CPU, a few milliseconds on a GPU.
 const PREFILL_CHUNK: usize = 128;
 
 impl Session<'_> {
+    /// Prefills each of `prompts` in turn (the start-up `--warm` prompts), before the engine
+    /// reports ready; one that cannot be rendered or evaluated is skipped with a warning.
+    pub(super) fn warm(&mut self, prompts: &[Prompt], chat: &ChatFormat) {
+        // Nobody waits on these events; the receiver is kept so the prefill is not cancelled.
+        let (events, _receiver) = tokio::sync::mpsc::unbounded_channel();
+        for (i, prompt) in prompts.iter().enumerate() {
+            let (input, landmarks) = match prompt {
+                Prompt::Chat { messages, tools } => match chat.render(messages, tools) {
+                    Ok(rendered) => (PromptInput::Text(rendered.text), rendered.landmarks),
+                    Err(e) => {
+                        tracing::warn!("warm prompt {}: {e}; skipped", i + 1);
+                        continue;
+                    }
+                },
+                Prompt::Text(text) => (PromptInput::Text(text.clone()), Landmarks::default()),
+                Prompt::Tokens(tokens) => (PromptInput::Tokens(tokens.clone()), Landmarks::default()),
+            };
+            let text = match &input {
+                PromptInput::Text(text) => Some(text.clone()),
+                PromptInput::Tokens(_) => None,
+            };
+            let parts = PromptParts { text: text.as_deref(), landmarks };
+            match self.prefill_steps(input, parts, &events) {
+                Ok(report) => tracing::info!(
+                    tokens = report.prompt_tokens,
+                    prefilled = report.prefilled_tokens,
+                    ms = report.timings.prompt.as_secs_f32() * 1000.0,
+                    "warm prompt {} prefilled",
+                    i + 1
+                ),
+                Err(Halt::Failed(e)) => tracing::warn!("warm prompt {}: {e}; skipped", i + 1),
+                Err(Halt::Cancelled) => return,
+            }
+            self.sequence.save_pending_checkpoint();
+        }
+        self.publish_cache_status();
+    }
+
     /// Serves prefill number `number`, whose events end with `Prefilled` or `Failed`; one that
     /// a newer prefill already replaced is answered as superseded without running.
     pub(super) fn serve_prefill(&mut self, job: Job, number: u64) {
