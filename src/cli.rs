@@ -123,6 +123,10 @@ pub(crate) struct CacheArgs {
     /// request that shares it is then cached.
     #[arg(long = "warm", value_name = "FILE")]
     pub warm: Vec<PathBuf>,
+    /// Do not evaluate the next turn's opening (the end of the assistant turn, the user turn's
+    /// header) after a reply; it is evaluated by default, off the time to first token.
+    #[arg(long = "no-anticipate", env = "FIRSTWORD_NO_ANTICIPATE")]
+    pub no_anticipate: bool,
 }
 
 /// Speculative decoding.
@@ -235,6 +239,7 @@ impl ServeArgs {
             cache_ram_mib: self.cache.cache_ram,
             cache_min_tokens: self.cache.cache_min_tokens,
             checkpoint_every: self.cache.checkpoint_every,
+            anticipate_next_turn: !self.cache.no_anticipate,
             mlock: model.mlock,
             mmap: !model.no_mmap,
             chat_template_file: model.chat_template_file.clone(),

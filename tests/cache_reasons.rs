@@ -125,3 +125,31 @@ fn a_window_the_small_swa_cache_dropped_is_reported_as_swa_window() {
     assert!(cache.diverged_at.expect("diverged") + 600 < turn1.usage.prompt_tokens, "{cache:?}");
     assert_eq!(cache.reused, 0);
 }
+
+/// After a reply the engine evaluates what the template writes before the next user's words
+/// (`<|im_end|>\n<|im_start|>user\n` here), so the next turn prefills only those words and its
+/// generation prompt; the answer is the same as without it.
+#[test]
+fn the_next_turns_opening_is_evaluated_after_the_reply() {
+    let turn2 = |anticipate: bool| {
+        let config = EngineConfig { anticipate_next_turn: anticipate, ..test_config(smollm2_path()) };
+        let engine = Engine::start(config).expect("model loads");
+        let mut messages =
+            vec![ChatMessage::system(long_system_prompt(300)), ChatMessage::user("Which facts mention trains?")];
+        let turn1 = ask(&engine, &messages, 12);
+        messages.push(ChatMessage::assistant(turn1.text));
+        messages.push(ChatMessage::user("And gardens?"));
+        ask(&engine, &messages, 12)
+    };
+    let (with, without) = (turn2(true), turn2(false));
+    eprintln!("anticipated {:?}, plain {:?}", with.timings.cache, without.timings.cache);
+    assert_eq!(outcome(&with.timings.cache), (CacheSource::Live, None));
+    assert!(
+        with.usage.cached_tokens >= without.usage.cached_tokens + 3,
+        "the opening was cached: {:?} vs {:?}",
+        with.usage,
+        without.usage
+    );
+    assert_eq!(with.usage.prompt_tokens, without.usage.prompt_tokens);
+    assert_eq!(with.text, without.text, "the same answer either way");
+}

@@ -66,6 +66,11 @@ pub struct EngineConfig {
     /// first request will share): that request is then cached. See
     /// [`crate::api::warm_prompt`] for reading them from chat-completions JSON or text.
     pub warm: Vec<super::Prompt>,
+    /// After a chat reply, evaluate what the template writes before the next user's words
+    /// (the end of the assistant turn, the user turn's opening), so the next turn prefills
+    /// only those words. Off for recurrent models, whose cache could not cut it when the next
+    /// request is of another shape.
+    pub anticipate_next_turn: bool,
 }
 
 impl EngineConfig {
@@ -113,6 +118,7 @@ impl EngineConfig {
             cache_min_tokens: Self::DEFAULT_CACHE_MIN_TOKENS,
             checkpoint_every: Self::DEFAULT_CHECKPOINT_EVERY,
             warm: Vec::new(),
+            anticipate_next_turn: true,
         }
     }
 }

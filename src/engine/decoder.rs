@@ -169,28 +169,14 @@ impl<'m> ModelDrafter<'m> {
     /// its first token, never before it.
     fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Proposal {
         let started = Instant::now();
-        let mut keep = common_prefix_len(&self.cached, history);
-        if keep < self.cached.len() && self.draft.kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
-            keep = 0;
-        }
-        if keep == 0 {
-            self.draft.clear_kv_cache();
-        }
-        self.cached.truncate(keep);
-        let mut pending = history[keep..].to_vec();
-        self.catch_up += pending.len() as u32;
-        pending.push(id_last);
         let mut drafts = Vec::new();
         // Evaluating id_last is drafting; what comes before it is catching up.
-        let (behind, last) = pending.split_at(pending.len() - 1);
-        for chunk in behind.chunks(self.n_batch) {
-            if let Err(e) = self.evaluate(chunk) {
-                tracing::warn!("draft model: {e}");
-                return Proposal { drafts, catch_up_time: started.elapsed() };
-            }
+        if let Err(e) = self.follow(history) {
+            tracing::warn!("draft model: {e}");
+            return Proposal { drafts, catch_up_time: started.elapsed() };
         }
         let catch_up_time = started.elapsed();
-        if let Err(e) = self.evaluate(last) {
+        if let Err(e) = self.evaluate(&[id_last]) {
             tracing::warn!("draft model: {e}");
             return Proposal { drafts, catch_up_time };
         }
@@ -212,6 +198,24 @@ impl<'m> ModelDrafter<'m> {
             drafts.clear();
         }
         Proposal { drafts, catch_up_time }
+    }
+
+    /// Brings the draft context to hold exactly `history`: cut where they differ, evaluate the
+    /// rest.
+    fn follow(&mut self, history: &[LlamaToken]) -> Result<(), EngineError> {
+        let mut keep = common_prefix_len(&self.cached, history);
+        if keep < self.cached.len() && self.draft.kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
+            keep = 0;
+        }
+        if keep == 0 {
+            self.draft.clear_kv_cache();
+        }
+        self.cached.truncate(keep);
+        self.catch_up += (history.len() - keep) as u32;
+        for chunk in history[keep..].chunks(self.n_batch) {
+            self.evaluate(chunk)?;
+        }
+        Ok(())
     }
 
     /// Tokens of `history` the draft context does not hold yet.
@@ -418,6 +422,16 @@ impl<'m> Decoder<'m> {
             Self::Plain(_) => Proposal { drafts: Vec::new(), catch_up_time: Duration::ZERO },
             Self::Mtp(mtp) => mtp.propose(history, id_last, max),
             Self::Model(model) => model.propose(history, id_last, max),
+        }
+    }
+
+    /// Brings a draft model's context up to `history` now (while the user listens) instead of
+    /// at the next reply's first draft; an MTP context follows every batch already.
+    pub(crate) fn follow(&mut self, history: &[LlamaToken]) {
+        if let Self::Model(model) = self {
+            if let Err(e) = model.follow(history) {
+                tracing::warn!("draft model: {e}");
+            }
         }
     }
 

@@ -77,7 +77,7 @@ pub struct ModelInfo {
 #[derive(Debug)]
 struct Loaded {
     info: ModelInfo,
-    chat: ChatFormat,
+    chat: Arc<ChatFormat>,
 }
 
 impl Loaded {
@@ -216,7 +216,7 @@ impl Engine {
             .name("firstword-inference".into())
             .stack_size(LARGE_STACK_BYTES)
             .spawn(move || {
-                let report = move |result: Result<(ModelInfo, ChatFormat), EngineError>| {
+                let report = move |result: Result<(ModelInfo, Arc<ChatFormat>), EngineError>| {
                     if let Some(shared) = reporter.upgrade() {
                         *shared.state.lock() = match result {
                             Ok((info, chat)) => LoadState::Ready(Arc::new(Loaded { info, chat })),

@@ -418,6 +418,28 @@ impl<'m> LiveSequence<'m> {
         }
     }
 
+    /// Evaluates the rest of `tokens` where the cache holds a prefix of them, when that is at
+    /// most one batch and fits the context: what the next prompt will start with anyway.
+    pub(crate) fn extend_to(&mut self, tokens: &[LlamaToken]) {
+        let held = self.cached.len();
+        if held == 0
+            || held >= tokens.len()
+            || tokens.len() - held > self.n_batch
+            || tokens.len() >= self.n_ctx() as usize
+        {
+            return;
+        }
+        if !tokens.starts_with(&self.cached) {
+            return;
+        }
+        tracing::debug!(tokens = tokens.len() - held, "evaluating the next turn's opening");
+        if let Err(e) = self.decode(&tokens[held..], BatchKind::Prompt) {
+            tracing::warn!("evaluating the next turn's opening failed: {e}");
+            return;
+        }
+        self.decoder.follow(&self.cached);
+    }
+
     /// Whether anything drafts.
     pub(crate) fn speculates(&self) -> bool {
         self.decoder.speculates()

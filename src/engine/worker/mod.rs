@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::model::LlamaModel;
@@ -21,7 +22,7 @@ use super::speculation::{DraftDepth, Speculating};
 use super::text::longest_run;
 use super::{
     CacheMiss, CacheReport, CacheSource, Command, EngineConfig, EngineError, Event, GenerationRequest, Job, ModelInfo,
-    Signals, Timings, Usage,
+    Prompt, Signals, Timings, Usage,
 };
 use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart};
 
@@ -44,7 +45,7 @@ pub(crate) enum PromptInput {
 /// Body of the inference thread.
 pub(super) fn run(
     config: &EngineConfig,
-    report: impl FnOnce(Result<(ModelInfo, ChatFormat), EngineError>),
+    report: impl FnOnce(Result<(ModelInfo, Arc<ChatFormat>), EngineError>),
     commands: &Receiver<Command>,
     signals: &Signals,
 ) {
@@ -58,9 +59,9 @@ pub(super) fn run(
     };
     let session = Session::new(&models, config, cache_ram_mib, signals);
     let mut session = match session {
-        Ok((mut session, info, chat)) => {
-            session.warm(&config.warm, &chat);
-            report(Ok((info, chat)));
+        Ok((mut session, info)) => {
+            session.warm(&config.warm);
+            report(Ok((info, Arc::clone(&session.chat))));
             session
         }
         Err(e) => return report(Err(e)),
@@ -109,6 +110,10 @@ struct Session<'m> {
     bos_text: String,
     /// Shared with the handles: shutdown, the published cache status, waiting requests.
     signals: &'m Signals,
+    /// The model's chat format (shared with the handles, which render prompts).
+    chat: Arc<ChatFormat>,
+    /// After a reply, evaluate what the template writes before the next user's words.
+    anticipate: bool,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -125,7 +130,7 @@ impl<'m> Session<'m> {
         config: &EngineConfig,
         cache_ram_mib: u64,
         signals: &'m Signals,
-    ) -> Result<(Self, ModelInfo, ChatFormat), EngineError> {
+    ) -> Result<(Self, ModelInfo), EngineError> {
         let Models { backend, model, draft_model, plan } = models;
         let draft_model = draft_model.as_ref();
         let architecture = model.meta_val_str("general.architecture").unwrap_or_default();
@@ -180,9 +185,11 @@ impl<'m> Session<'m> {
             n_predict: config.n_predict,
             bos_text,
             signals,
+            chat: Arc::new(chat),
+            anticipate: config.anticipate_next_turn && !recurrent,
         };
         session.publish_cache_status();
-        Ok((session, info, chat))
+        Ok((session, info))
     }
 
     fn tokenize(&self, prompt: PromptInput) -> Result<Vec<LlamaToken>, EngineError> {
@@ -228,7 +235,7 @@ impl<'m> Session<'m> {
                 self.publish_cache_status();
                 let _ = events.send(finished);
                 if let Some(prompt_text) = prompt_text {
-                    self.align_with_text(prompt_text + &text);
+                    self.prepare_next_turn(&request.prompt, prompt_text, &text);
                 }
             }
             Err(Halt::Failed(e)) => {
@@ -366,14 +373,29 @@ impl<'m> Session<'m> {
     /// After a reply, makes the cache hold the tokenizer's own split of prompt + reply text,
     /// which is what the next turn sends (it is tokenized from text). A model's sampled tokens
     /// are not always that split (grammar-constrained output especially); without this the
-    /// next turn's cache would stop inside the reply. Runs while the user reads or listens;
-    /// skipped when the difference is larger than one batch.
-    fn align_with_text(&mut self, full_text: String) {
+    /// next turn's cache would stop inside the reply. With `anticipate`, a chat reply is
+    /// followed by what the template writes before the next user's words (the end of the
+    /// assistant turn, the user turn's opening), evaluated now, so the next turn prefills only
+    /// those words and its generation prompt (a next request of another shape just cuts them).
+    /// Runs while the user reads or listens; skipped when the difference is larger than one
+    /// batch.
+    fn prepare_next_turn(&mut self, prompt: &Prompt, prompt_text: String, reply: &str) {
         if self.signals.shutting_down.load(Ordering::Relaxed) {
             return;
         }
-        let Ok(canonical) = self.tokenize(PromptInput::Text(full_text)) else { return };
+        let opening = match prompt {
+            Prompt::Chat { messages, tools } if self.anticipate => {
+                self.chat.next_turn_opening(messages, tools, &prompt_text)
+            }
+            _ => None,
+        };
+        let mut text = prompt_text + reply;
+        text.push_str(opening.as_deref().unwrap_or_default());
+        let Ok(canonical) = self.tokenize(PromptInput::Text(text)) else { return };
         self.sequence.rewrite_tail(&canonical);
+        if opening.is_some() {
+            self.sequence.extend_to(&canonical);
+        }
     }
 }
 

@@ -3,12 +3,13 @@
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{PromptInput, PromptParts, Session};
-use crate::chat::{ChatFormat, Landmarks};
+use crate::chat::Landmarks;
 use crate::engine::reply::{still_wanted, Halt};
 use crate::engine::{Event, Job, PrefillReport, Prompt, Timings};
 
@@ -19,7 +20,8 @@ const PREFILL_CHUNK: usize = 128;
 impl Session<'_> {
     /// Prefills each of `prompts` in turn (the start-up `--warm` prompts), before the engine
     /// reports ready; one that cannot be rendered or evaluated is skipped with a warning.
-    pub(super) fn warm(&mut self, prompts: &[Prompt], chat: &ChatFormat) {
+    pub(super) fn warm(&mut self, prompts: &[Prompt]) {
+        let chat = Arc::clone(&self.chat);
         // Nobody waits on these events; the receiver is kept so the prefill is not cancelled.
         let (events, _receiver) = tokio::sync::mpsc::unbounded_channel();
         for (i, prompt) in prompts.iter().enumerate() {
