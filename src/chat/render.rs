@@ -5,9 +5,8 @@ use std::path::Path;
 use super::tools::{prepare_messages, ToolDefinition, ToolFormat};
 use super::{ChatMessage, ChatTemplate, Landmarks, ModelTemplateFacts, TemplateError, TemplateSource};
 
-/// Stand-ins for the reply and the next user message when rendering what the template writes
-/// between them (private-use characters no real text contains).
-const REPLY_MARK: &str = "\u{E000}firstword-reply\u{E000}";
+/// A stand-in for the next user message when rendering what comes before it (private-use
+/// characters no real text contains).
 const USER_MARK: &str = "\u{E001}firstword-user\u{E001}";
 
 /// A conversation's prompt text and where its parts lie in it.
@@ -74,24 +73,18 @@ impl ChatFormat {
         Ok(RenderedChat { text, landmarks })
     }
 
-    /// What the template writes after the reply to `messages` and before the next user
-    /// message's text (the end of the assistant turn, the user turn's opening), found by
-    /// rendering the conversation with stand-ins for both. `None` when the conversation with
-    /// a reply does not begin with `prompt`, the text [`ChatFormat::render`] gave for
-    /// `messages` (a template that rewrites earlier turns), or the template rejects it.
+    /// The next prompt's text up to the next user message's words: `messages` and `reply` as
+    /// the template writes them (it may trim the reply), then the end of the assistant turn
+    /// and the user turn's opening; found by rendering the conversation with a stand-in for
+    /// the next message. `None` when the template rejects it.
     #[must_use]
-    pub fn next_turn_opening(
-        &self,
-        messages: &[ChatMessage],
-        tools: &[ToolDefinition],
-        prompt: &str,
-    ) -> Option<String> {
+    pub fn next_turn_prefix(&self, messages: &[ChatMessage], tools: &[ToolDefinition], reply: &str) -> Option<String> {
         let mut next = messages.to_vec();
-        next.push(ChatMessage::assistant(REPLY_MARK));
+        next.push(ChatMessage::assistant(reply));
         next.push(ChatMessage::user(USER_MARK));
-        let text = self.render(&next, tools).ok()?.text;
-        let after_reply = text.strip_prefix(prompt)?.strip_prefix(REPLY_MARK)?;
-        after_reply.find(USER_MARK).map(|end| after_reply[..end].to_string())
+        let mut text = self.render(&next, tools).ok()?.text;
+        text.truncate(text.find(USER_MARK)?);
+        Some(text)
     }
 }
 
@@ -107,28 +100,24 @@ mod tests {
     }
 
     #[test]
-    fn the_next_turn_opens_with_the_end_of_the_reply_and_the_user_header() {
+    fn the_next_prompt_starts_with_the_reply_and_the_user_turns_opening() {
         let format = chatml();
         let messages = [ChatMessage::system("S"), ChatMessage::user("Hi")];
         let prompt = format.render(&messages, &[]).expect("renders").text;
-        let opening = format.next_turn_opening(&messages, &[], &prompt);
-        assert_eq!(opening.as_deref(), Some("<|im_end|>\n<|im_start|>user\n"));
-        // The next prompt, with the reply and the user's words, starts with prompt + reply +
-        // opening.
+        let prefix = format.next_turn_prefix(&messages, &[], "Hello!").expect("a prefix");
+        assert_eq!(prefix, format!("{prompt}Hello!<|im_end|>\n<|im_start|>user\n"));
         let mut next = messages.to_vec();
         next.push(ChatMessage::assistant("Hello!"));
         next.push(ChatMessage::user("Weather?"));
-        let next_prompt = format.render(&next, &[]).expect("renders").text;
-        assert!(next_prompt.starts_with(&format!("{prompt}Hello!{}", opening.expect("opening"))));
+        assert!(format.render(&next, &[]).expect("renders").text.starts_with(&prefix));
     }
 
     #[test]
-    fn a_template_that_rewrites_earlier_turns_has_no_opening() {
-        let source = "{% for m in messages %}{% if loop.last %}<{{ m.role }}>{{ m.content }}{% else %}[{{ m.role }}]{% endif %}{% endfor %}";
-        let format =
-            ChatFormat::new(ChatTemplate::new(source, "", "").expect("compiles"), TemplateSource::File("t".into()));
-        let messages = [ChatMessage::user("Hi")];
-        let prompt = format.render(&messages, &[]).expect("renders").text;
-        assert_eq!(format.next_turn_opening(&messages, &[], &prompt), None);
+    fn a_reply_the_template_trims_is_written_as_the_template_writes_it() {
+        let source = "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}";
+        let template = ChatTemplate::new(source, "", "").expect("compiles");
+        let format = ChatFormat::new(template, TemplateSource::File("t".into()));
+        let prefix = format.next_turn_prefix(&[ChatMessage::user("Hi")], &[], "Hello! \n").expect("a prefix");
+        assert_eq!(prefix, "<user>Hi</user><assistant>Hello!</assistant><user>");
     }
 }

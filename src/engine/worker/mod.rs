@@ -383,17 +383,15 @@ impl<'m> Session<'m> {
         if self.signals.shutting_down.load(Ordering::Relaxed) {
             return;
         }
-        let opening = match prompt {
-            Prompt::Chat { messages, tools } if self.anticipate => {
-                self.chat.next_turn_opening(messages, tools, &prompt_text)
-            }
+        let next_prefix = match prompt {
+            Prompt::Chat { messages, tools } if self.anticipate => self.chat.next_turn_prefix(messages, tools, reply),
             _ => None,
         };
-        let mut text = prompt_text + reply;
-        text.push_str(opening.as_deref().unwrap_or_default());
+        let anticipated = next_prefix.is_some();
+        let text = next_prefix.unwrap_or(prompt_text + reply);
         let Ok(canonical) = self.tokenize(PromptInput::Text(text)) else { return };
         self.sequence.rewrite_tail(&canonical);
-        if opening.is_some() {
+        if anticipated {
             self.sequence.extend_to(&canonical);
         }
     }
