@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use common::exclusive_server;
-use firstword::bench::{decide, run, summarize, BenchConfig, Conversation, Row, Scenario, Target};
+use firstword::bench::{decide, run, summarize, table, BenchConfig, Conversation, Row, Scenario, Target};
 use serde_json::{json, Value};
 
 fn config(url: String, name: &str) -> BenchConfig {
@@ -58,6 +58,7 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
         Scenario::InterleavedJob,
         Scenario::AfterInterleave,
         Scenario::Alternating,
+        Scenario::Spoken,
     ] {
         let found = scenario_rows(&rows, scenario);
         assert!(!found.is_empty(), "no {scenario:?} row");
@@ -78,8 +79,14 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
         later.iter().all(|r| r.cached_tokens.unwrap_or(0) > 300),
         "the state store keeps the other conversation: {cached:?}"
     );
+    // The spoken turn was prefilled while "spoken": the request evaluated only its last words.
+    let spoken = scenario_rows(&rows, Scenario::Spoken)[0];
+    assert!(spoken.prefills.is_some_and(|n| n >= 4), "{spoken:?}");
+    let evaluated = spoken.prompt_tokens.unwrap_or(0) - spoken.cached_tokens.unwrap_or(0);
+    assert!(evaluated <= 16, "the spoken turn evaluated {evaluated} tokens: {spoken:?}");
     let summaries = summarize(&rows, &[]);
     assert!(summaries[0].tool_pass(), "{:?}", summaries[0].tool_failure);
+    assert!(summaries[0].spoken_ttft.is_some(), "{:?}", summaries[0]);
     assert!(summaries[0].alternating_ttft.is_some(), "{:?}", summaries[0]);
     assert!(decide(&summaries).expect("a decision").starts_with("firstword"));
 }
@@ -123,8 +130,12 @@ async fn a_wrong_server_fails_with_reasons_and_counted_errors() {
     assert!(scenario_rows(&rows, Scenario::Cold)[0].prompt_tokens.is_none(), "no usage was sent");
     assert_alternating_order(&rows, 3);
 
+    // The mock has no /v1/prefill: the spoken turn is still measured, with no prefills.
+    let spoken = scenario_rows(&rows, Scenario::Spoken)[0];
+    assert_eq!(spoken.prefills, Some(0), "{spoken:?}");
     let summaries = summarize(&rows, &[]);
     assert_eq!(summaries[0].errors, 1);
+    assert!(table(&summaries).contains("no /v1/prefill"), "{}", table(&summaries));
     assert!(!summaries[0].tool_pass());
     assert!(decide(&summaries).is_err(), "no server passed: no decision");
 

@@ -54,6 +54,15 @@ pub fn sse_data(text: &str) -> impl Iterator<Item = &str> {
 
 /// Sends one request and fills the row's timings, tokens and status. Never fails: problems
 /// end up in `row.error`.
+/// Posts `body` to `/v1/prefill`; the status, or `None` when no answer came.
+pub(super) async fn prefill(client: reqwest::Client, base: String, body: Value) -> Option<u16> {
+    let response = client.post(format!("{base}/v1/prefill")).json(&body).send().await.ok()?;
+    let status = response.status().as_u16();
+    // Read to the end, so the server is not left writing into a closed connection.
+    let _ = response.bytes().await;
+    Some(status)
+}
+
 pub(super) async fn send(client: &reqwest::Client, base: &str, body: &Value, row: &mut Row) -> ServerReply {
     let start = Instant::now();
     match exchange(client, base, body, row, start).await {

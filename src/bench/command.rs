@@ -13,7 +13,7 @@ use super::{
 /// Requests per server and repetition: the turns, the interleaved job and the turn after it,
 /// two decode runs, three tool checks, the two alternating conversations' turns.
 fn requests_per_run(turns: u32) -> u64 {
-    u64::from(turns) + 2 + 2 + 3 + 2 * u64::from(turns)
+    u64::from(turns) + 1 + 2 + 2 + 3 + 2 * u64::from(turns)
 }
 
 /// Fails early, with the server named, when a server does not answer at all.

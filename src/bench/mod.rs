@@ -24,7 +24,7 @@ pub use error::{BenchError, NoDecision, WeightsError};
 pub use report::{decide, scores, summarize, write_csv, Conversation, Row, Scenario, Spread, Summary, Weights};
 pub use table::table;
 
-use client::{send, ServerReply};
+use client::{prefill, send, ServerReply};
 
 /// A server to measure.
 #[derive(Clone, Debug)]
@@ -120,6 +120,16 @@ fn synthetic_prompt(tokens: usize, wording: &Wording) -> String {
     }
     text
 }
+
+/// The spoken scenario's utterance (19 words: about 7.6 s at 150 words a minute).
+const SPOKEN: &str =
+    "Could you remind me which of the facts you know mention trains and which of them mention gardens please";
+
+/// 150 words a minute.
+const WORD_TIME: Duration = Duration::from_millis(400);
+
+/// The spoken scenario sends the transcript so far after every this many words.
+const WORDS_PER_PREFILL: usize = 3;
 
 const QUESTIONS: [&str; 6] = [
     "Which facts mention trains? Answer in one sentence.",
@@ -248,6 +258,8 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
             self.turn(&mut messages, self.row(scenario, turn)).await;
         }
 
+        self.spoken_turn(&mut messages, self.config.turns + 1).await;
+
         let job = [
             json!({"role": "system", "content": "You summarize documents in three sentences."}),
             json!({"role": "user", "content": format!("Summarize:\n{}", synthetic_system_prompt(600))}),
@@ -256,7 +268,7 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         self.request(self.row(Scenario::InterleavedJob, 0), body).await;
         messages.push(json!({"role": "user", "content": "Back to us: which facts mention bakeries?"}));
         let body = self.body(&messages, self.config.turn_tokens, true);
-        self.request(self.row(Scenario::AfterInterleave, self.config.turns + 1), body).await;
+        self.request(self.row(Scenario::AfterInterleave, self.config.turns + 2), body).await;
 
         let story = json!({"role": "user", "content": "Write a long story about a dragon who learns to bake."});
         let body = self.body(&[messages[0].clone(), story.clone()], self.config.decode_tokens, true);
@@ -265,6 +277,46 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         let body = self.body(&[story], self.config.decode_tokens, true);
         self.request(self.row(Scenario::DecodeShort, 0), body).await;
         self.alternating_scenario().await;
+    }
+
+    /// P: the next user turn spoken a word at a time (150 words a minute). Every
+    /// [`WORDS_PER_PREFILL`] words the transcript so far goes to `/v1/prefill`, as a speech
+    /// recogniser's partial results would (the first call probes: a server that does not answer
+    /// it gets no more); the chat request goes when the last word is out, and its TTFT is what
+    /// the user waits for.
+    async fn spoken_turn(&mut self, messages: &mut Vec<Value>, turn: u32) {
+        let words: Vec<&str> = SPOKEN.split_whitespace().collect();
+        let base = base(&self.target.url).to_string();
+        let started = tokio::time::Instant::now();
+        let mut supported = None;
+        let mut pending = Vec::new();
+        for spoken in 1..=words.len() {
+            tokio::time::sleep_until(started + WORD_TIME * spoken as u32).await;
+            if spoken % WORDS_PER_PREFILL != 0 || spoken == words.len() || supported == Some(false) {
+                continue;
+            }
+            let mut partial = messages.clone();
+            partial.push(json!({"role": "user", "content": words[..spoken].join(" ")}));
+            let call = prefill(self.client.clone(), base.clone(), self.body(&partial, 1, false));
+            if supported.is_none() {
+                let status = call.await;
+                supported = Some(status == Some(200));
+            } else {
+                // Later calls do not wait: the recogniser goes on while the server works.
+                pending.push(tokio::spawn(call));
+            }
+        }
+        messages.push(json!({"role": "user", "content": SPOKEN}));
+        let body = self.body(messages, self.config.turn_tokens, true);
+        let mut row = self.row(Scenario::Spoken, turn);
+        let reply = send(self.client, &base, &body, &mut row).await;
+        let mut answered = u32::from(supported == Some(true));
+        for call in pending {
+            answered += u32::from(matches!(call.await, Ok(Some(200))));
+        }
+        row.prefills = Some(answered);
+        self.record(row);
+        messages.push(json!({"role": "assistant", "content": reply.content}));
     }
 
     /// F: conversation A (the configured system prompt) and B (another synthetic one of about

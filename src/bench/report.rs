@@ -31,6 +31,10 @@ pub enum Scenario {
     /// F: two conversations with different long system prompts, turns interleaved (A1 B1 A2
     /// B2 …); `turn` is the turn of the row's [`Row::conversation`].
     Alternating,
+    /// P: the conversation's next turn spoken a word at a time (150 words a minute); a server
+    /// that answers `/v1/prefill` gets the transcript so far every few words; the request is
+    /// sent when the last word is out (its TTFT is what the user waits for).
+    Spoken,
 }
 
 /// Which of the alternating scenario's two conversations a row belongs to.
@@ -95,6 +99,9 @@ pub struct Row {
     pub cache_source: Option<String>,
     /// Why (`timings.cache.reason`), when reported.
     pub cache_reason: Option<String>,
+    /// The spoken scenario: prefills of the partial transcript the server answered (0: it
+    /// has no `/v1/prefill`); empty in other scenarios.
+    pub prefills: Option<u32>,
     /// Time the server spent saving its live state for this request (`timings.cache.save_ms`).
     pub cache_save_ms: Option<f64>,
     /// Time it spent restoring a stored state (`timings.cache.restore_ms`).
@@ -124,6 +131,7 @@ impl Row {
             conversation: None,
             cache_source: None,
             cache_reason: None,
+            prefills: None,
             cache_save_ms: None,
             cache_restore_ms: None,
         }
@@ -197,6 +205,10 @@ pub struct Summary {
     pub after_interleave_ttft: Option<Spread>,
     /// TTFT of the alternating conversations' turns after their first, ms.
     pub alternating_ttft: Option<Spread>,
+    /// TTFT of the spoken turn (prefilled while "speaking" where the server can).
+    pub spoken_ttft: Option<Spread>,
+    /// Prefills the server answered in the spoken turns (0: it has no `/v1/prefill`).
+    pub spoken_prefills: Option<u32>,
     /// Requests that failed (HTTP or protocol errors, not tool-check failures).
     pub errors: usize,
     /// Peak resident memory (VmHWM), MB, when a PID was given.
@@ -263,6 +275,8 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                 decode_long: Spread::of(&values(Scenario::DecodeLong, |r| r.decode_tok_s)),
                 after_interleave_ttft: Spread::of(&values(Scenario::AfterInterleave, |r| r.ttft_ms)),
                 alternating_ttft: Spread::of(&values(Scenario::Alternating, |r| r.ttft_ms.filter(|_| r.turn > 1))),
+                spoken_ttft: Spread::of(&values(Scenario::Spoken, |r| r.ttft_ms)),
+                spoken_prefills: mine.iter().filter_map(|r| r.prefills).reduce(|a, b| a + b),
                 errors: mine.iter().filter(|r| !r.ok() && !r.scenario.is_tool()).count(),
                 peak_rss_mb: peak_rss_mb.iter().find(|(name, _)| name == server).map(|(_, mb)| *mb),
                 drafts: mine.iter().filter(|r| r.ok()).fold(None, |total, r| match (r.draft_n, r.draft_n_accepted) {
@@ -419,7 +433,7 @@ mod tests {
         let text = String::from_utf8(out).expect("utf8");
         assert_eq!(
             text.lines().next(),
-            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,cache_save_ms,cache_restore_ms")
+            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,prefills,cache_save_ms,cache_restore_ms")
         );
         assert!(text.contains("a,1,cold,1,1.0,,,,,,,,,200,,,,"), "{text}");
     }

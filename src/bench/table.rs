@@ -7,13 +7,13 @@ use super::report::{Spread, Summary};
 #[must_use]
 pub fn table(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "server | cold TTFT ms | warm TTFT ms (mean) | warm TTFT ms | warm first sentence ms | tool | decode short tok/s | decode long tok/s | TTFT after interleaved job ms | alternating TTFT ms (× warm) | errors | peak RSS MB\n",
+        "server | cold TTFT ms | warm TTFT ms (mean) | warm TTFT ms | warm first sentence ms | tool | decode short tok/s | decode long tok/s | TTFT after interleaved job ms | alternating TTFT ms (× warm) | spoken TTFT ms (× warm) | errors | peak RSS MB\n",
     );
     for s in summaries {
         let tool =
             if s.tool_pass() { "PASS".to_string() } else { format!("FAIL {}/{}", s.tool_passes.0, s.tool_passes.1) };
         out.push_str(&format!(
-            "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}\n",
+            "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}\n",
             s.server,
             show(s.cold_ttft),
             s.warm_ttft_mean.map_or("-".into(), |w| format!("{w:.1}")),
@@ -24,6 +24,7 @@ pub fn table(summaries: &[Summary]) -> String {
             show(s.decode_long),
             show(s.after_interleave_ttft),
             alternating(s),
+            spoken(s),
             s.errors,
             s.peak_rss_mb.map_or("-".into(), |m| format!("{m:.0}")),
         ));
@@ -53,6 +54,16 @@ fn alternating(s: &Summary) -> String {
         _ => String::new(),
     };
     show(s.alternating_ttft) + &ratio
+}
+
+/// The spoken turn's TTFT and its ratio to the warm TTFT, and whether the server prefilled.
+fn spoken(s: &Summary) -> String {
+    let ratio = match (s.spoken_ttft, s.warm_ttft) {
+        (Some(spoken), Some(warm)) if warm.median > 0.0 => format!(" (×{:.2})", spoken.median / warm.median),
+        _ => String::new(),
+    };
+    let prefills = if s.spoken_prefills == Some(0) { ", no /v1/prefill" } else { "" };
+    show(s.spoken_ttft) + &ratio + prefills
 }
 
 #[cfg(test)]
