@@ -84,14 +84,7 @@ impl Loaded {
     /// Renders chat prompts through the model's chat format, with where their parts lie;
     /// other prompts pass through (and have no parts).
     fn render(&self, prompt: &Prompt) -> Result<(worker::PromptInput, Landmarks), EngineError> {
-        Ok(match prompt {
-            Prompt::Chat { messages, tools } => {
-                let rendered = self.chat.render(messages, tools)?;
-                (worker::PromptInput::Text(rendered.text), rendered.landmarks)
-            }
-            Prompt::Text(text) => (worker::PromptInput::Text(text.clone()), Landmarks::default()),
-            Prompt::Tokens(tokens) => (worker::PromptInput::Tokens(tokens.clone()), Landmarks::default()),
-        })
+        worker::render_prompt(&self.chat, prompt)
     }
 }
 

@@ -42,6 +42,29 @@ pub(crate) enum PromptInput {
     Tokens(Vec<i32>),
 }
 
+impl PromptInput {
+    /// The prompt's text (none for token prompts).
+    pub(crate) fn text(&self) -> Option<&str> {
+        match self {
+            Self::Text(text) => Some(text),
+            Self::Tokens(_) => None,
+        }
+    }
+}
+
+/// Renders chat prompts through the model's chat format, with where their parts lie; other
+/// prompts pass through (and have no parts).
+pub(crate) fn render_prompt(chat: &ChatFormat, prompt: &Prompt) -> Result<(PromptInput, Landmarks), EngineError> {
+    Ok(match prompt {
+        Prompt::Chat { messages, tools } => {
+            let rendered = chat.render(messages, tools)?;
+            (PromptInput::Text(rendered.text), rendered.landmarks)
+        }
+        Prompt::Text(text) => (PromptInput::Text(text.clone()), Landmarks::default()),
+        Prompt::Tokens(tokens) => (PromptInput::Tokens(tokens.clone()), Landmarks::default()),
+    })
+}
+
 /// Body of the inference thread.
 pub(super) fn run(
     config: &EngineConfig,
@@ -222,10 +245,7 @@ impl<'m> Session<'m> {
     /// the client has left), then prepares the cache for the next turn.
     fn serve(&mut self, job: Job) {
         let Job { prompt, landmarks, request, events, finish_requested, .. } = job;
-        let prompt_text = match &prompt {
-            PromptInput::Text(text) => Some(text.clone()),
-            PromptInput::Tokens(_) => None,
-        };
+        let prompt_text = prompt.text().map(str::to_owned);
         let parts = PromptParts { text: prompt_text.as_deref(), landmarks };
         match self.run_steps(prompt, parts, &request, &events, &finish_requested) {
             Ok(CompletedReply { finished, text }) => {

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{PromptInput, PromptParts, Session};
-use crate::chat::Landmarks;
+use super::{render_prompt, PromptInput, PromptParts, Session};
 use crate::engine::reply::{still_wanted, Halt};
 use crate::engine::{Event, Job, PrefillReport, Prompt, Timings};
 
@@ -25,21 +24,14 @@ impl Session<'_> {
         // Nobody waits on these events; the receiver is kept so the prefill is not cancelled.
         let (events, _receiver) = tokio::sync::mpsc::unbounded_channel();
         for (i, prompt) in prompts.iter().enumerate() {
-            let (input, landmarks) = match prompt {
-                Prompt::Chat { messages, tools } => match chat.render(messages, tools) {
-                    Ok(rendered) => (PromptInput::Text(rendered.text), rendered.landmarks),
-                    Err(e) => {
-                        tracing::warn!("warm prompt {}: {e}; skipped", i + 1);
-                        continue;
-                    }
-                },
-                Prompt::Text(text) => (PromptInput::Text(text.clone()), Landmarks::default()),
-                Prompt::Tokens(tokens) => (PromptInput::Tokens(tokens.clone()), Landmarks::default()),
+            let (input, landmarks) = match render_prompt(&chat, prompt) {
+                Ok(rendered) => rendered,
+                Err(e) => {
+                    tracing::warn!("warm prompt {}: {e}; skipped", i + 1);
+                    continue;
+                }
             };
-            let text = match &input {
-                PromptInput::Text(text) => Some(text.clone()),
-                PromptInput::Tokens(_) => None,
-            };
+            let text = input.text().map(str::to_owned);
             let parts = PromptParts { text: text.as_deref(), landmarks };
             match self.prefill_steps(input, parts, &events) {
                 Ok(report) => tracing::info!(
@@ -67,10 +59,7 @@ impl Session<'_> {
             let _ = report_to.send(PrefillReport { superseded: true, ..PrefillReport::default() });
             return;
         }
-        let text = match &prompt {
-            PromptInput::Text(text) => Some(text.clone()),
-            PromptInput::Tokens(_) => None,
-        };
+        let text = prompt.text().map(str::to_owned);
         let parts = PromptParts { text: text.as_deref(), landmarks };
         match self.prefill_steps(prompt, parts, &events) {
             Ok(report) => {
