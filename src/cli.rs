@@ -118,6 +118,17 @@ pub(crate) struct CacheArgs {
     /// only there).
     #[arg(long = "checkpoint-every", value_name = "N", env = "FIRSTWORD_CHECKPOINT_EVERY", default_value_t = EngineConfig::DEFAULT_CHECKPOINT_EVERY)]
     pub checkpoint_every: u32,
+    /// Keep KV states on disk here, so the first turn after a restart is warm [default: the
+    /// platform cache directory, e.g. ~/.cache/firstword].
+    #[arg(long = "cache-dir", value_name = "DIR", env = "FIRSTWORD_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// No disk cache.
+    #[arg(long = "no-cache-dir", env = "FIRSTWORD_NO_CACHE_DIR", conflicts_with = "cache_dir")]
+    pub no_cache_dir: bool,
+    /// Disk space (MiB) for the cache directory, every model's files together; the least
+    /// recently used go first.
+    #[arg(long = "cache-disk", value_name = "MIB", env = "FIRSTWORD_CACHE_DISK", default_value_t = EngineConfig::DEFAULT_CACHE_DISK_MIB)]
+    pub cache_disk: u64,
     /// Prefill this at start, before /health reports ready (repeatable): a chat-completions
     /// JSON body (messages, tools) or a text file used as the system prompt. The first
     /// request that shares it is then cached.
@@ -239,6 +250,12 @@ impl ServeArgs {
             cache_ram_mib: self.cache.cache_ram,
             cache_min_tokens: self.cache.cache_min_tokens,
             checkpoint_every: self.cache.checkpoint_every,
+            cache_dir: match (&self.cache.cache_dir, self.cache.no_cache_dir) {
+                (_, true) => None,
+                (Some(dir), false) => Some(dir.clone()),
+                (None, false) => EngineConfig::default_cache_dir(),
+            },
+            cache_disk_mib: self.cache.cache_disk,
             anticipate_next_turn: !self.cache.no_anticipate,
             mlock: model.mlock,
             mmap: !model.no_mmap,

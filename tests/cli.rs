@@ -1,4 +1,5 @@
-//! The `firstword` binary: version, load failures, `--warm`, and graceful shutdown on SIGTERM.
+//! The `firstword` binary: version, load failures, `--warm`, graceful shutdown on SIGTERM, and
+//! the disk cache across restarts (SIGTERM and SIGKILL).
 
 mod common;
 
@@ -38,8 +39,8 @@ fn a_missing_model_exits_non_zero_with_a_clear_message() {
 }
 
 /// A `firstword serve` over SmolLM2 with `extra` flags, once it logged that it is ready: the
-/// process, its port and the rest of its log.
-fn serve_smollm2(extra: &[&str]) -> (Child, u16, Lines<BufReader<ChildStderr>>) {
+/// process, its port, the rest of its log and what it logged before it was ready.
+fn serve_smollm2(extra: &[&str]) -> (Child, u16, Lines<BufReader<ChildStderr>>, Vec<String>) {
     let port = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
         probe.local_addr().expect("addr").port()
@@ -48,6 +49,8 @@ fn serve_smollm2(extra: &[&str]) -> (Child, u16, Lines<BufReader<ChildStderr>>) 
         .args(["serve", "-m"])
         .arg(common::smollm2_path())
         .args(["--port", &port.to_string(), "-c", "2048", "-t", "2"])
+        // Tests never write to the user's cache directory.
+        .args(if extra.contains(&"--cache-dir") { &[][..] } else { &["--no-cache-dir"][..] })
         .args(extra)
         .stderr(Stdio::piped())
         .spawn()
@@ -55,15 +58,17 @@ fn serve_smollm2(extra: &[&str]) -> (Child, u16, Lines<BufReader<ChildStderr>>) 
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
     let deadline = Instant::now() + Duration::from_secs(300);
+    let mut startup = Vec::new();
     loop {
         let line = lines.next().expect("server still running").expect("line");
         if line.contains("ready") {
             assert!(line.contains("listening on http://127.0.0.1:"), "startup line: {line}");
             break;
         }
+        startup.push(line);
         assert!(Instant::now() < deadline, "server did not become ready");
     }
-    (child, port, lines)
+    (child, port, lines, startup)
 }
 
 #[test]
@@ -73,7 +78,7 @@ fn a_warm_file_is_prefilled_before_ready_and_the_first_request_is_cached() {
     let system = common::long_system_prompt(600);
     let text_file = dir.join("system.txt");
     std::fs::write(&text_file, &system).expect("write");
-    let (mut child, port, _lines) = serve_smollm2(&["--warm", text_file.to_str().expect("path")]);
+    let (mut child, port, _lines, _) = serve_smollm2(&["--warm", text_file.to_str().expect("path")]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let (live, usage) = runtime.block_on(async {
         let base = format!("http://127.0.0.1:{port}");
@@ -110,7 +115,7 @@ fn a_warm_file_is_prefilled_before_ready_and_the_first_request_is_cached() {
 
 #[test]
 fn sigterm_ends_a_running_stream_with_an_error_event_and_exits_zero() {
-    let (mut child, port, lines) = serve_smollm2(&[]);
+    let (mut child, port, lines, _) = serve_smollm2(&[]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let body = runtime.block_on(async {
         let mut response = reqwest::Client::new()
@@ -148,4 +153,133 @@ fn sigterm_ends_a_running_stream_with_an_error_event_and_exits_zero() {
         rest.push_str(&line);
     }
     assert!(rest.contains("shutting down"), "{rest}");
+}
+
+/// Sends `signal` to the server and waits for it to exit; returns its exit status and the
+/// rest of its log.
+fn stop(mut child: Child, lines: Lines<BufReader<ChildStderr>>, signal: &str) -> (std::process::ExitStatus, String) {
+    let _ = Command::new("kill").args([signal, &child.id().to_string()]).status();
+    let status = child.wait().expect("exits");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    (status, rest.join("\n"))
+}
+
+/// Kills the servers it was given when the test ends, failed or not.
+#[derive(Default)]
+struct Reaper(std::cell::RefCell<Vec<u32>>);
+
+impl Reaper {
+    fn watch(&self, child: &Child) {
+        self.0.borrow_mut().push(child.id());
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for pid in self.0.borrow().iter() {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+        }
+    }
+}
+
+#[test]
+fn the_disk_cache_survives_sigterm_and_sigkill_and_refuses_a_damaged_file_by_name() {
+    let reaper = Reaper::default();
+    let dir = std::env::temp_dir().join(format!("firstword-cli-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = dir.join("cache");
+    let flags = ["--cache-dir", cache.to_str().expect("path"), "--cache-min-tokens", "32"];
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let ask = |port: u16, system: &str| {
+        runtime.block_on(async {
+            let body = serde_json::json!({"messages": [{"role": "system", "content": system},
+                {"role": "user", "content": "Which facts mention trains?"}], "max_tokens": 8, "temperature": 0});
+            let (status, answer) = common::post(&format!("http://127.0.0.1:{port}"), &body).await;
+            assert_eq!(status, 200, "{answer}");
+            answer
+        })
+    };
+    let files = || -> Vec<std::path::PathBuf> {
+        let model_dir = std::fs::read_dir(&cache).expect("cache dir").flatten().next().expect("model dir").path();
+        std::fs::read_dir(model_dir).expect("model dir").flatten().map(|e| e.path()).collect()
+    };
+    let system = common::long_system_prompt(1200);
+
+    // SIGTERM: the conversation is on disk when the process exits.
+    let (child, port, lines, startup) = serve_smollm2(&flags);
+    reaper.watch(&child);
+    assert!(startup.iter().any(|l| l.contains("disk cache") && l.contains("0 entries")), "{startup:?}");
+    let first = ask(port, &system);
+    let (status, log) = stop(child, lines, "-TERM");
+    assert!(status.success(), "{status}: {log}");
+    assert!(log.contains("disk cache written"), "{log}");
+    assert_eq!(files().len(), 1, "{:?}", files());
+
+    // The restarted server has it live before its first request.
+    let (child, port, lines, startup) = serve_smollm2(&flags);
+    reaper.watch(&child);
+    assert!(startup.iter().any(|l| l.contains("restored the last conversation")), "{startup:?}");
+    let again = ask(port, &system);
+    assert_eq!(again["timings"]["cache"]["source"], "disk", "{again}");
+    let prompt_tokens = again["usage"]["prompt_tokens"].as_u64().expect("prompt_tokens");
+    assert_eq!(again["usage"]["prompt_tokens_details"]["cached_tokens"], prompt_tokens - 1, "{again}");
+
+    // SIGKILL right after an answer, while its state is being written: no file is left that
+    // the next start could use wrongly, and nothing under a temporary name survives it.
+    // SIGKILL while the answer's state is being written (as soon as its temporary file
+    // appears): no file is left that the next start could use wrongly, and nothing under a
+    // temporary name survives the next start.
+    let other = format!("Another assistant.\n{}", common::long_system_prompt(1300));
+    let before_kill = ask(port, &other);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mid_write = loop {
+        if files().iter().any(|f| f.extension().is_some_and(|e| e == "tmp")) {
+            break true;
+        }
+        if files().len() == 2 || Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    let (_, _) = stop(child, lines, "-KILL");
+    eprintln!("SIGKILL during the write: {mid_write}; left: {:?}", files());
+    let (child, port, lines, startup) = serve_smollm2(&flags);
+    reaper.watch(&child);
+    let refused: Vec<&String> = startup.iter().filter(|l| l.contains("refusing")).collect();
+    assert!(refused.is_empty(), "a complete file only ever has its final name: {refused:?}");
+    assert!(!files().iter().any(|f| f.extension().is_some_and(|e| e == "tmp")), "{:?}", files());
+    let after_kill = ask(port, &other);
+    let cached = |answer: &serde_json::Value| answer["usage"]["prompt_tokens_details"]["cached_tokens"].clone();
+    if mid_write {
+        // The unfinished file is gone: the first conversation was restored, as before the
+        // kill, so the split, and the answer, are the same.
+        assert_eq!(cached(&after_kill), cached(&before_kill), "{after_kill}");
+        assert_eq!(after_kill["choices"][0]["message"]["content"], before_kill["choices"][0]["message"]["content"]);
+    }
+    let (status, _) = stop(child, lines, "-TERM");
+    assert!(status.success());
+
+    // A truncated file: a warning naming it and the reason, the file removed, a cold answer
+    // equal to the first one.
+    for file in files() {
+        let bytes = std::fs::read(&file).expect("read");
+        std::fs::write(&file, &bytes[..bytes.len() / 3]).expect("truncate");
+    }
+    let damaged = files();
+    let (child, port, lines, startup) = serve_smollm2(&flags);
+    reaper.watch(&child);
+    for file in &damaged {
+        let name = file.display().to_string();
+        assert!(
+            startup.iter().any(|l| l.contains("refusing") && l.contains(&name) && l.contains("truncated")),
+            "{name}: {startup:?}"
+        );
+        assert!(!file.exists(), "{name} is removed");
+    }
+    let cold = ask(port, &system);
+    assert_eq!(cold["timings"]["cache"]["reason"], "cold", "{cold}");
+    assert_eq!(cold["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"]);
+    let (status, _) = stop(child, lines, "-TERM");
+    assert!(status.success());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,8 +7,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::error::ApiError;
-use super::wire::{CacheEntryView, CacheView, ModelCard, ModelList, ModelMeta};
+use super::wire::{CacheEntryView, CacheView, DiskCacheView, ModelCard, ModelList, ModelMeta};
 use super::AppState;
+use crate::engine::CacheEntryStatus;
 
 /// Lists the one loaded model.
 pub(super) async fn list_models(State(state): State<Arc<AppState>>) -> Result<Json<ModelList>, ApiError> {
@@ -40,26 +41,36 @@ pub(super) async fn health(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// What the cache holds: the live sequence and the RAM store's entries (as of the end of the
+/// How `GET /cache` shows stored entries.
+fn entry_views(entries: Vec<CacheEntryStatus>) -> Vec<CacheEntryView> {
+    let unix = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    entries
+        .into_iter()
+        .map(|entry| CacheEntryView {
+            kind: entry.kind.as_str(),
+            tokens: entry.tokens,
+            bytes: entry.bytes,
+            last_used: unix(entry.last_used),
+        })
+        .collect()
+}
+
+/// What the cache holds: the live sequence, the RAM store's and the disk cache's entries (as of the end of the
 /// last request; never waits for a running one).
 pub(super) async fn cache(State(state): State<Arc<AppState>>) -> Result<Json<CacheView>, ApiError> {
     state.engine.model_info()?;
     let status = state.engine.cache_status();
-    let unix = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     Ok(Json(CacheView {
         live_tokens: status.live_tokens,
         budget_bytes: status.budget_bytes,
         used_bytes: status.used_bytes,
         checkpoint_every: status.checkpoint_every,
-        entries: status
-            .entries
-            .into_iter()
-            .map(|entry| CacheEntryView {
-                kind: entry.kind.as_str(),
-                tokens: entry.tokens,
-                bytes: entry.bytes,
-                last_used: unix(entry.last_used),
-            })
-            .collect(),
+        entries: entry_views(status.entries),
+        disk: status.disk.map(|disk| DiskCacheView {
+            dir: disk.dir.display().to_string(),
+            budget_bytes: disk.budget_bytes,
+            used_bytes: disk.used_bytes,
+            entries: entry_views(disk.entries),
+        }),
     }))
 }

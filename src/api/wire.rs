@@ -184,6 +184,21 @@ pub(super) struct CacheView {
     pub checkpoint_every: Option<u32>,
     /// Most recently used first.
     pub entries: Vec<CacheEntryView>,
+    /// The disk cache; `null` when off.
+    pub disk: Option<DiskCacheView>,
+}
+
+/// The disk cache in `GET /cache`.
+#[derive(Debug, Serialize)]
+pub(super) struct DiskCacheView {
+    /// This model's directory.
+    pub dir: String,
+    /// For the whole cache directory.
+    pub budget_bytes: u64,
+    /// Every model's files.
+    pub used_bytes: u64,
+    /// This model's entries, most recently used first.
+    pub entries: Vec<CacheEntryView>,
 }
 
 /// One stored entry of `GET /cache`.

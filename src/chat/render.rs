@@ -50,6 +50,12 @@ impl ChatFormat {
         &self.source
     }
 
+    /// The template's Jinja source.
+    #[must_use]
+    pub fn template_text(&self) -> &str {
+        self.template.source()
+    }
+
     /// The tool-call format the template writes.
     #[must_use]
     pub fn tool_format(&self) -> ToolFormat {

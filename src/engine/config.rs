@@ -62,6 +62,13 @@ pub struct EngineConfig {
     /// sliding window with the small SWA cache): a checkpoint every this many tokens of a
     /// long prefill, besides the one at each prompt's end; 0: only at the end.
     pub checkpoint_every: u32,
+    /// The disk cache's directory: sequence states kept across restarts (the first turn after
+    /// one is warm). `None`: no disk cache (the library's default; the command line's is the
+    /// platform cache directory, see [`EngineConfig::default_cache_dir`]).
+    pub cache_dir: Option<PathBuf>,
+    /// The disk cache's budget in MiB, for the whole directory (least recently used files go
+    /// first).
+    pub cache_disk_mib: u64,
     /// Prompts prefilled at start, before the engine reports ready (a long system prompt the
     /// first request will share): that request is then cached. See
     /// [`crate::api::warm_prompt`] for reading them from chat-completions JSON or text.
@@ -90,6 +97,8 @@ impl EngineConfig {
     pub const DEFAULT_CACHE_RAM_MIB: u64 = 2048;
     /// Default shortest sequence worth saving to the state store.
     pub const DEFAULT_CACHE_MIN_TOKENS: u32 = 256;
+    /// Default disk cache budget in MiB.
+    pub const DEFAULT_CACHE_DISK_MIB: u64 = 4096;
     /// Default tokens between checkpoints of a long prefill: a 4–8K system prompt gets one
     /// inside it, so an edit after its first 4K tokens still keeps those.
     pub const DEFAULT_CHECKPOINT_EVERY: u32 = 4096;
@@ -117,9 +126,19 @@ impl EngineConfig {
             cache_ram_mib: Self::DEFAULT_CACHE_RAM_MIB,
             cache_min_tokens: Self::DEFAULT_CACHE_MIN_TOKENS,
             checkpoint_every: Self::DEFAULT_CHECKPOINT_EVERY,
+            cache_dir: None,
+            cache_disk_mib: Self::DEFAULT_CACHE_DISK_MIB,
             warm: Vec::new(),
             anticipate_next_turn: true,
         }
+    }
+
+    /// The platform's cache directory for firstword (`$XDG_CACHE_HOME/firstword` or
+    /// `~/.cache/firstword` on Linux, `~/Library/Caches/firstword` on macOS); `None` where
+    /// there is none.
+    #[must_use]
+    pub fn default_cache_dir() -> Option<PathBuf> {
+        dirs::cache_dir().map(|dir| dir.join("firstword"))
     }
 }
 

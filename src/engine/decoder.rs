@@ -3,12 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
+use std::sync::Arc;
+
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::speculative::MtpSpeculative;
 use llama_cpp_2::token::LlamaToken;
 
+use super::ffi::{sequence_state, set_sequence_state};
 use super::prefix::common_prefix_len;
 use super::store::StateBytes;
 use super::EngineError;
@@ -236,15 +238,36 @@ impl<'m> ModelDrafter<'m> {
 }
 
 /// A saved sequence: the target's state and its drafter's, with the tokens a draft model's
-/// context held (an MTP context mirrors the target's tokens).
+/// context held (an MTP context mirrors the target's tokens). The bytes are shared, so the
+/// disk cache writes what the RAM store holds without a copy.
+#[derive(Clone)]
 pub(crate) struct SavedState {
-    target: SeqState,
-    drafter: Option<(SeqState, Vec<LlamaToken>)>,
+    target: Arc<Vec<u8>>,
+    drafter: Option<(Arc<Vec<u8>>, Vec<LlamaToken>)>,
+}
+
+impl SavedState {
+    /// A state read back from a disk file whose checksum and header (model, build, context
+    /// parameters) matched this engine's: exactly the bytes an earlier [`Decoder::save`] of
+    /// such a context produced.
+    pub(crate) fn from_verified(target: Vec<u8>, drafter: Option<(Vec<u8>, Vec<LlamaToken>)>) -> Self {
+        Self { target: Arc::new(target), drafter: drafter.map(|(bytes, tokens)| (Arc::new(bytes), tokens)) }
+    }
+
+    /// The target's state bytes.
+    pub(crate) fn target_bytes(&self) -> &[u8] {
+        &self.target
+    }
+
+    /// The drafter's state bytes and the tokens a draft model's context held.
+    pub(crate) fn drafter(&self) -> Option<(&[u8], &[LlamaToken])> {
+        self.drafter.as_ref().map(|(bytes, tokens)| (bytes.as_slice(), tokens.as_slice()))
+    }
 }
 
 impl StateBytes for SavedState {
     fn byte_len(&self) -> usize {
-        self.target.byte_len() + self.drafter.as_ref().map_or(0, |(state, _)| state.byte_len())
+        self.target.len() + self.drafter.as_ref().map_or(0, |(state, _)| state.len())
     }
 }
 
@@ -255,10 +278,12 @@ impl std::fmt::Debug for SavedState {
 }
 
 /// Sequence 0's state of `ctx`.
-fn save_sequence(ctx: &LlamaContext<'_>) -> Option<SeqState> {
-    ctx.state_seq_get(0, LlamaStateSeqFlags::empty())
-        .map_err(|e| tracing::warn!("saving the KV state failed: {e}"))
-        .ok()
+fn save_sequence(ctx: &LlamaContext<'_>) -> Option<Arc<Vec<u8>>> {
+    let state = sequence_state(ctx).map(Arc::new);
+    if state.is_none() {
+        tracing::warn!("saving the KV state failed: llama.cpp wrote another size than it announced");
+    }
+    state
 }
 
 /// The most likely token and its probability.
@@ -317,19 +342,24 @@ impl<'m> Decoder<'m> {
     pub(crate) fn restore(&mut self, state: &SavedState) -> bool {
         self.clear();
         let ctx = self.target_mut();
-        if let Err(e) = ctx.state_seq_set(&state.target, 0) {
-            tracing::warn!("restoring a KV state failed: {e}");
+        if !set_sequence_state(ctx, &state.target) {
+            tracing::warn!("restoring a KV state failed: llama.cpp refused it");
             ctx.clear_kv_cache();
             return false;
         }
         let Some((drafter, tokens)) = &state.drafter else { return true };
         let restored = match self {
-            Self::Plain(_) => Ok(()),
-            Self::Mtp(mtp) => mtp.spec.draft_context_mut().state_seq_set(drafter, 0),
-            Self::Model(model) => model.draft.state_seq_set(drafter, 0).map(|()| model.cached.clone_from(tokens)),
+            Self::Plain(_) => true,
+            Self::Mtp(mtp) => set_sequence_state(mtp.spec.draft_context_mut(), drafter),
+            Self::Model(model) => {
+                set_sequence_state(&mut model.draft, drafter) && {
+                    model.cached.clone_from(tokens);
+                    true
+                }
+            }
         };
-        if let Err(e) = restored {
-            tracing::warn!("restoring the drafter's state failed ({e}); it starts over");
+        if !restored {
+            tracing::warn!("restoring the drafter's state failed; it starts over");
             self.clear_drafter();
         }
         true
@@ -344,6 +374,15 @@ impl<'m> Decoder<'m> {
                 model.draft.clear_kv_cache();
                 model.cached.clear();
             }
+        }
+    }
+
+    /// What drafts: `none`, `mtp` or `model`.
+    pub(crate) fn drafter_name(&self) -> &'static str {
+        match self {
+            Self::Plain(_) => "none",
+            Self::Mtp(_) => "mtp",
+            Self::Model(_) => "model",
         }
     }
 

@@ -7,6 +7,7 @@
 
 mod config;
 mod decoder;
+mod disk;
 mod error;
 mod ffi;
 mod load;
@@ -34,7 +35,7 @@ pub use crate::chat::{Grammar, TemplateSource};
 pub use config::{physical_cores, EngineConfig, FlashAttention};
 pub use error::{EngineError, SpeculationError};
 pub use request::{
-    CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, DraftStats, Event,
+    CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, DiskStatus, DraftStats, Event,
     FinishReason, GenerationRequest, PrefillReport, Prompt, Timings, Usage,
 };
 pub use sampling::SamplingParams;
@@ -382,7 +383,8 @@ impl Engine {
     }
 
     /// Blocks until every request queued before this call has been served, including the cache
-    /// upkeep that follows each reply, so llama.cpp is idle until the next submission. Call it
+    /// upkeep that follows each reply (the disk cache's files written, for up to 5 s), so
+    /// llama.cpp is idle until the next submission. Call it
     /// before the process exits while a handle is still alive elsewhere (a static, another
     /// thread): exiting while llama.cpp computes can crash in its teardown. Not for use inside an
     /// async runtime's worker. Returns at once while the model loads or after it failed.

@@ -123,6 +123,8 @@ pub enum CacheSource {
     Ram,
     /// A checkpoint of an earlier prompt, restored from the RAM store.
     Checkpoint,
+    /// A state saved on disk (by this run or an earlier one), restored.
+    Disk,
     /// Nothing was reused.
     #[default]
     None,
@@ -141,7 +143,7 @@ pub enum CacheMiss {
     /// The prompt is a prefix of what the cache holds (a regenerated reply); its last token is
     /// evaluated again.
     PromptShorter,
-    /// A stored snapshot served the prompt better than the live sequence.
+    /// A stored snapshot (in RAM or on disk) served the prompt better than the live sequence.
     Restored,
     /// A checkpoint served the prompt: the live cache could not be cut where it diverged.
     Checkpoint,
@@ -180,12 +182,13 @@ impl CacheSource {
             Self::Live => "live",
             Self::Ram => "ram",
             Self::Checkpoint => "checkpoint",
+            Self::Disk => "disk",
             Self::None => "none",
         }
     }
 }
 
-/// What the cache holds now: the live sequence and the RAM store.
+/// What the cache holds now: the live sequence, the RAM store and the disk cache.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CacheStatus {
     /// Tokens the live sequence holds.
@@ -198,6 +201,21 @@ pub struct CacheStatus {
     /// models that take checkpoints.
     pub checkpoint_every: Option<u32>,
     /// The stored entries, most recently used first.
+    pub entries: Vec<CacheEntryStatus>,
+    /// The disk cache, when on.
+    pub disk: Option<DiskStatus>,
+}
+
+/// What the disk cache holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskStatus {
+    /// This model's directory.
+    pub dir: std::path::PathBuf,
+    /// The budget in bytes, for the whole cache directory.
+    pub budget_bytes: u64,
+    /// Bytes the cache directory holds (every model's files).
+    pub used_bytes: u64,
+    /// This model's entries (written or being written), most recently used first.
     pub entries: Vec<CacheEntryStatus>,
 }
 

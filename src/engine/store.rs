@@ -18,6 +18,17 @@ use super::CacheEntryKind as EntryKind;
 /// Evicted entries whose token lists are kept to explain misses (a few KiB each).
 const EVICTED_KEPT: usize = 16;
 
+/// Prompt tokens an entry holding `tokens` lets `prompt` skip; with `whole_only`, none unless
+/// the prompt continues all of it.
+pub(crate) fn usable(tokens: &[LlamaToken], prompt: &[LlamaToken], whole_only: bool) -> usize {
+    let reusable = plan_reuse(tokens, prompt);
+    if whole_only && reusable < tokens.len() {
+        0
+    } else {
+        reusable
+    }
+}
+
 /// A saved state's size in host memory.
 pub(crate) trait StateBytes {
     /// Bytes held.
@@ -104,12 +115,7 @@ impl<S: StateBytes> StateStore<S> {
 
     /// Prompt tokens an entry holding `tokens` would let `prompt` skip.
     fn usable(&self, tokens: &[LlamaToken], prompt: &[LlamaToken]) -> usize {
-        let reusable = plan_reuse(tokens, prompt);
-        if self.whole_only && reusable < tokens.len() {
-            0
-        } else {
-            reusable
-        }
+        usable(tokens, prompt, self.whole_only)
     }
 
     /// The longest prefix an entry shares with `prompt`, whether or not the entry can serve it

@@ -15,7 +15,7 @@ use super::{call_text, finished, CACHE, USAGE};
 use crate::api::backend::Backend;
 use crate::api::{router_with, ServeOptions};
 use crate::engine::{
-    CacheEntryKind, CacheEntryStatus, CacheStatus, EngineError, Event, FinishReason, PrefillReport, Timings,
+    CacheEntryKind, CacheEntryStatus, CacheStatus, DiskStatus, EngineError, Event, FinishReason, PrefillReport, Timings,
 };
 
 fn request(method: Method, path: &str, content_type: &str, body: Body) -> Request<Body> {
@@ -165,13 +165,21 @@ async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
         used_bytes: 5 << 20,
         checkpoint_every: Some(4096),
         entries: vec![CacheEntryStatus { kind: CacheEntryKind::Checkpoint, tokens: 900, bytes: 5 << 20, last_used }],
+        disk: Some(DiskStatus {
+            dir: "/cache/model-1".into(),
+            budget_bytes: 4 << 30,
+            used_bytes: 7 << 20,
+            entries: vec![CacheEntryStatus { kind: CacheEntryKind::Snapshot, tokens: 1300, bytes: 7 << 20, last_used }],
+        }),
     };
     let (status, view) = call(&Arc::new(engine), Method::GET, "/cache", Body::empty()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         view,
         json!({"live_tokens": 1200, "budget_bytes": 1u64 << 30, "used_bytes": 5u64 << 20, "checkpoint_every": 4096,
-            "entries": [{"kind": "checkpoint", "tokens": 900, "bytes": 5u64 << 20, "last_used": 1_700_000_000.0}]})
+            "entries": [{"kind": "checkpoint", "tokens": 900, "bytes": 5u64 << 20, "last_used": 1_700_000_000.0}],
+            "disk": {"dir": "/cache/model-1", "budget_bytes": 4u64 << 30, "used_bytes": 7u64 << 20,
+                "entries": [{"kind": "snapshot", "tokens": 1300, "bytes": 7u64 << 20, "last_used": 1_700_000_000.0}]}})
     );
     let loading = Arc::new(FakeEngine::without_model(EngineError::Loading));
     let (status, _) = call(&loading, Method::GET, "/cache", Body::empty()).await;

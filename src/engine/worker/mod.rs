@@ -13,6 +13,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::disk::{ContextShape, DiskCache, Fingerprint, ModelIdentity};
 use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Models};
 use super::reply::{still_wanted, Halt, Reply};
@@ -22,7 +23,7 @@ use super::speculation::{DraftDepth, Speculating};
 use super::text::longest_run;
 use super::{
     CacheMiss, CacheReport, CacheSource, Command, EngineConfig, EngineError, Event, GenerationRequest, Job, ModelInfo,
-    Prompt, Signals, Timings, Usage,
+    Prompt, Signals, Timings, Usage, LLAMA_CPP_BUILD,
 };
 use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart};
 
@@ -32,6 +33,10 @@ mod prefill;
 /// the inference thread's reserved stack, llama.cpp's `std::regex` pre-tokenizers were measured
 /// to split far longer runs; real text has none this long.
 pub(crate) const MAX_PROMPT_RUN: usize = 65_536;
+
+/// How long a shutdown waits for the disk cache's files: within the 10 s container runtimes
+/// give before they kill, after open responses had their grace.
+const SHUTDOWN_WRITE_LIMIT: Duration = Duration::from_secs(5);
 
 /// A prompt after template rendering, before tokenization.
 #[derive(Debug)]
@@ -114,12 +119,14 @@ pub(super) fn run(
                 let _ = reply.send(tokens);
             }
             Ok(Command::Idle(reply)) => {
+                session.sequence.wait_for_disk(SHUTDOWN_WRITE_LIMIT);
                 let _ = reply.send(());
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
+    session.sequence.persist_before_exit(SHUTDOWN_WRITE_LIMIT);
 }
 
 /// The model, its live sequence, and what carries over from one request to the next.
@@ -183,6 +190,21 @@ impl<'m> Session<'m> {
         };
         let chat = ChatFormat::for_model(&facts, config.chat_template_file.as_deref())
             .map_err(|e| EngineError::TemplateSetup(e.to_string()))?;
+        if let Some(root) = &config.cache_dir {
+            let shape = ContextShape {
+                n_ctx: sequence.n_ctx(),
+                kv_types: "f16/f16".into(),
+                swa_full: config.swa_full,
+                flash_attention: format!("{:?}", config.flash_attention).to_lowercase(),
+                n_seq_max: 1,
+                n_rs_seq: rs_snapshots,
+                drafter: sequence.drafter_name().into(),
+            };
+            match open_disk_cache(root, config, model, draft_model, shape, &chat, sequence.whole_only()) {
+                Ok(disk) => sequence.keep_on_disk(disk),
+                Err(e) => tracing::warn!("disk cache off: {} cannot be used: {e}", root.display()),
+            }
+        }
 
         let id = config
             .model_path
@@ -257,6 +279,10 @@ impl<'m> Session<'m> {
                 if let Some(prompt_text) = prompt_text {
                     self.prepare_next_turn(&request.prompt, prompt_text, &text);
                 }
+                // Unless the next request is already waiting: then after its reply.
+                if self.signals.waiting_generations.load(Ordering::Relaxed) == 0 {
+                    self.sequence.persist();
+                }
             }
             Err(Halt::Failed(e)) => {
                 let _ = events.send(Event::Failed(e));
@@ -325,7 +351,7 @@ impl<'m> Session<'m> {
     /// where it diverged from what the cache held, when nothing else stopped it.
     fn explain(&self, reuse: &Reuse, tokens: &[LlamaToken], parts: PromptParts<'_>) -> CacheReport {
         let reason = match reuse.source {
-            CacheSource::Ram => Some(CacheMiss::Restored),
+            CacheSource::Ram | CacheSource::Disk => Some(CacheMiss::Restored),
             CacheSource::Checkpoint => Some(CacheMiss::Checkpoint),
             CacheSource::Live | CacheSource::None => {
                 reuse.obstacle.or_else(|| reuse.diverged_at.and_then(|at| self.diverged_in(tokens, at, parts)))
@@ -435,6 +461,33 @@ fn around(text: &str, offset: usize, chars: usize) -> (&str, &str) {
     let start = head.char_indices().rev().nth(chars.saturating_sub(1)).map_or(0, |(i, _)| i);
     let end = tail.char_indices().nth(chars).map_or(tail.len(), |(i, _)| i);
     (&head[start..], &tail[..end])
+}
+
+/// Opens the disk cache under `root` for this model and context (`whole_only`: see
+/// [`LiveSequence::whole_only`]).
+fn open_disk_cache(
+    root: &std::path::Path,
+    config: &EngineConfig,
+    model: &LlamaModel,
+    draft_model: Option<&LlamaModel>,
+    context: ContextShape,
+    chat: &ChatFormat,
+    whole_only: bool,
+) -> std::io::Result<DiskCache> {
+    let architecture = |model: &LlamaModel| model.meta_val_str("general.architecture").unwrap_or_default();
+    let draft_model = match (draft_model, &config.speculation.draft_model) {
+        (Some(draft), Some(path)) => Some(ModelIdentity::of(path, &architecture(draft))?),
+        _ => None,
+    };
+    let fingerprint = Fingerprint {
+        model: ModelIdentity::of(&config.model_path, &architecture(model))?,
+        draft_model,
+        llama_cpp: LLAMA_CPP_BUILD.to_string(),
+        context,
+        template_hash: Fingerprint::template_hash(chat.template_text()),
+    };
+    let budget = config.cache_disk_mib.saturating_mul(1 << 20);
+    DiskCache::open(root, budget, &config.model_path, fingerprint, whole_only)
 }
 
 /// The state store's budget in MiB: a budget larger than the memory available now is refused,

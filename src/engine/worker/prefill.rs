@@ -46,6 +46,8 @@ impl Session<'_> {
             }
             self.sequence.save_pending_checkpoint();
         }
+        // A warm prompt is worth keeping across a restart.
+        self.sequence.persist();
         self.publish_cache_status();
     }
 

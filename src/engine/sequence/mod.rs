@@ -1,22 +1,21 @@
 //! The live sequence: the one context's KV cache (through the [`Decoder`], drafter included)
 //! and the exact token list it holds. Every evaluation and every cut goes through here, so the
 //! list never disagrees with the cache, and the guards that keep a reused prefix correct (the
-//! sliding window, recurrent state that rolls back only so far) sit in one place.
+//! sliding window, recurrent state that rolls back only so far) sit in one place. Saving it
+//! to, and restoring it from, the RAM store and the disk cache is in [`saved`].
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::token::LlamaToken;
 
 use super::decoder::{BatchKind, Decoder, Proposal, SavedState};
+use super::disk::DiskCache;
 use super::prefix::{common_prefix_len, plan_reuse, window_covers};
-use super::store::{Restored, StateBytes, StateStore};
-use super::{CacheEntryKind, CacheEntryStatus, CacheMiss, CacheSource, CacheStatus, EngineError};
+use super::store::StateStore;
+use super::{CacheEntryKind, CacheMiss, CacheSource, EngineError};
 
-/// How many more prompt tokens a stored entry must spare than the live sequence before it is
-/// restored: a restore copies the whole state (a few ms for thousands of tokens of a small
-/// model), which a handful of prefilled tokens would cost as well.
-const RESTORE_MARGIN: usize = 32;
+mod saved;
 
 /// The token list the KV cache holds (prompt and generated tokens), with the cache itself.
 pub(crate) struct LiveSequence<'m> {
@@ -43,6 +42,14 @@ pub(crate) struct LiveSequence<'m> {
     /// The cache holds a prompt just prefilled, to save as a checkpoint before it changes
     /// (after the first token is out, so it costs nothing in time to first token).
     checkpoint_pending: bool,
+    /// States kept across restarts; `None` when off.
+    disk: Option<DiskCache>,
+    /// Where the live sequence came from: [`CacheSource::Disk`] when it was restored at
+    /// start-up and no prompt has used it yet, else [`CacheSource::Live`].
+    origin: CacheSource,
+    /// States to write to the disk cache after the reply: a RAM checkpoint another prompt was
+    /// served from (a prefix several requests share), a displaced sequence not on disk yet.
+    unpersisted: Vec<(Vec<LlamaToken>, SavedState, CacheEntryKind)>,
 }
 
 /// What reusing the cache did for one prompt.
@@ -91,48 +98,10 @@ impl<'m> LiveSequence<'m> {
             min_save: usize::MAX,
             checkpoint_every: None,
             checkpoint_pending: false,
+            disk: None,
+            origin: CacheSource::Live,
+            unpersisted: Vec::new(),
         }
-    }
-
-    /// Keeps other prompts' states in up to `budget` bytes of RAM (nothing when 0), saving a
-    /// sequence of at least `min_save` tokens before another prompt displaces it.
-    /// `checkpoint_every`: also save each prompt of at least `min_save` tokens at the end of
-    /// its prefill, and every this many tokens of a long one (0: only at the end).
-    pub(crate) fn keep_states(&mut self, budget: usize, min_save: usize, checkpoint_every: Option<usize>) {
-        if budget == 0 {
-            return;
-        }
-        // A restored state continues only from its end where the cache cannot be cut after a
-        // restore (recurrent state) or the restored sliding window holds only the last
-        // `n_swa` positions (measured on gemma-3 with the full SWA cache too).
-        let whole_only = self.recurrent || self.n_swa.is_some();
-        self.store = Some(StateStore::new(budget, whole_only));
-        self.min_save = min_save.max(1);
-        self.checkpoint_every = checkpoint_every;
-    }
-
-    /// What the cache holds now.
-    pub(crate) fn status(&self) -> CacheStatus {
-        let mut status = CacheStatus {
-            live_tokens: self.cached.len() as u32,
-            checkpoint_every: self.checkpoint_every.map(|every| every as u32),
-            ..CacheStatus::default()
-        };
-        if let Some(store) = &self.store {
-            status.budget_bytes = store.budget() as u64;
-            status.used_bytes = store.used() as u64;
-            status.entries = store
-                .entries()
-                .map(|entry| CacheEntryStatus {
-                    kind: entry.kind,
-                    tokens: entry.tokens.len() as u32,
-                    bytes: entry.state.byte_len() as u64,
-                    last_used: entry.used_at,
-                })
-                .collect();
-            status.entries.sort_by_key(|entry| std::cmp::Reverse(entry.last_used));
-        }
-        status
     }
 
     /// The tokens the cache holds, in position order.
@@ -166,15 +135,16 @@ impl<'m> LiveSequence<'m> {
         // Nothing live: unless the store serves the prompt (or had an entry that would have).
         let cold = self.cached.is_empty();
         let (keep, obstacle) = self.reusable(tokens);
+        let origin = std::mem::replace(&mut self.origin, CacheSource::Live);
         let mut reuse = Reuse {
             keep,
-            source: if keep > 0 { CacheSource::Live } else { CacheSource::None },
+            source: if keep > 0 { origin } else { CacheSource::None },
             diverged_at: divergence(&self.cached, tokens),
             obstacle: if cold { Some(CacheMiss::Cold) } else { obstacle },
             save: None,
             restore: None,
         };
-        if self.store.is_some() {
+        if self.store.is_some() || self.disk.is_some() {
             self.consult_store(tokens, &mut reuse);
         }
         if reuse.keep > 0 && !self.cut(reuse.keep) {
@@ -219,106 +189,6 @@ impl<'m> LiveSequence<'m> {
     /// Whether the cache can drop every position from `keep` on.
     fn can_cut(&self, keep: usize) -> bool {
         !self.recurrent || self.cached.len().saturating_sub(keep) <= self.rewindable
-    }
-
-    /// Restores the stored state that spares the most of `tokens` when it beats the live one,
-    /// saving the live sequence first if that loses much of what it holds; `reuse` says what
-    /// is reusable then.
-    fn consult_store(&mut self, tokens: &[LlamaToken], reuse: &mut Reuse) {
-        let Some(store) = self.store.as_ref() else { return };
-        let worth = reuse.keep + RESTORE_MARGIN;
-        let candidate = store.best(tokens).filter(|c| c.reusable >= worth);
-        if candidate.is_none() {
-            if store.evicted_reusable(tokens) >= worth {
-                reuse.obstacle = Some(CacheMiss::Evicted);
-            } else if store.longest_shared(tokens) >= worth {
-                // An entry shares more, but the prompt leaves it early and a restored state
-                // cannot be cut there.
-                reuse.obstacle = Some(if self.recurrent { CacheMiss::CannotRewind } else { CacheMiss::SwaWindow });
-            }
-        }
-        let kept = if candidate.is_some() { 0 } else { reuse.keep };
-        let displaced = (self.cached.len() >= self.min_save && self.cached.len() - kept >= self.min_save)
-            .then(|| {
-                let started = Instant::now();
-                let state = self.decoder.save();
-                reuse.save = Some(started.elapsed());
-                state.map(|state| (self.cached.clone(), state))
-            })
-            .flatten();
-        if let Some(candidate) = candidate {
-            self.restore(tokens, candidate.index, reuse);
-        }
-        if let Some((held, state)) = displaced {
-            self.insert(held, state, CacheEntryKind::Snapshot);
-        }
-    }
-
-    /// Makes the stored entry at `index` the live sequence.
-    fn restore(&mut self, tokens: &[LlamaToken], index: usize, reuse: &mut Reuse) {
-        let Some(store) = self.store.as_mut() else { return };
-        let started = Instant::now();
-        self.rewindable = 0;
-        let restored = store.restore(index);
-        let entry = restored.entry();
-        let (kind, bytes) = (entry.kind, entry.state.byte_len());
-        if !self.decoder.restore(&entry.state) {
-            self.cached.clear();
-            *reuse = Reuse { keep: 0, source: CacheSource::None, ..*reuse };
-            return;
-        }
-        self.cached = match restored {
-            Restored::Taken(entry) => entry.tokens,
-            Restored::Kept(entry) => entry.tokens.clone(),
-        };
-        let elapsed = started.elapsed();
-        tracing::debug!(
-            tokens = self.cached.len(),
-            mib = bytes >> 20,
-            ms = elapsed.as_secs_f32() * 1000.0,
-            ?kind,
-            "restored a stored KV state"
-        );
-        reuse.keep = plan_reuse(&self.cached, tokens);
-        reuse.source = match kind {
-            CacheEntryKind::Snapshot => CacheSource::Ram,
-            CacheEntryKind::Checkpoint => CacheSource::Checkpoint,
-        };
-        reuse.diverged_at = divergence(&self.cached, tokens);
-        reuse.restore = Some(elapsed);
-    }
-
-    /// Stores a saved state of `tokens`.
-    fn insert(&mut self, tokens: Vec<LlamaToken>, state: SavedState, kind: CacheEntryKind) {
-        let Some(store) = self.store.as_mut() else { return };
-        let (count, bytes) = (tokens.len(), state.byte_len());
-        let saved = store.insert(tokens, state, kind);
-        tracing::debug!(
-            saved,
-            ?kind,
-            tokens = count,
-            mib = bytes >> 20,
-            entries = store.len(),
-            used_mib = store.used() >> 20,
-            "saved a KV state"
-        );
-    }
-
-    /// Saves what the cache holds now as a checkpoint.
-    fn save_checkpoint(&mut self) {
-        let started = Instant::now();
-        if let Some(state) = self.decoder.save() {
-            tracing::debug!(ms = started.elapsed().as_secs_f32() * 1000.0, "checkpoint taken");
-            self.insert(self.cached.clone(), state, CacheEntryKind::Checkpoint);
-        }
-    }
-
-    /// Takes the checkpoint of the prompt just prefilled, if one is due (before the cache
-    /// changes; the engine calls it once a reply is done too).
-    pub(crate) fn save_pending_checkpoint(&mut self) {
-        if std::mem::take(&mut self.checkpoint_pending) {
-            self.save_checkpoint();
-        }
     }
 
     /// Drops every cached position from `keep` on. False, and nothing cut, where the cache
@@ -443,6 +313,11 @@ impl<'m> LiveSequence<'m> {
     /// Whether anything drafts.
     pub(crate) fn speculates(&self) -> bool {
         self.decoder.speculates()
+    }
+
+    /// What drafts: `none`, `mtp` or `model`.
+    pub(crate) fn drafter_name(&self) -> &'static str {
+        self.decoder.drafter_name()
     }
 
     /// Up to `max` drafts likely to follow the cache + `id_last` (the token just picked, not

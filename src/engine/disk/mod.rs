@@ -1,0 +1,388 @@
+//! The disk cache: sequence states kept across restarts, so the first turn after an update,
+//! a crash or a reboot is warm. Each model file gets its own directory under the cache
+//! directory; the byte budget covers the whole cache directory, least recently used files
+//! first. Files are written by a thread of their own (see [`writer`]) and read on demand; a
+//! file that is damaged or was written for another model, build, parameters or template is
+//! refused with a warning naming it and the reason, and removed.
+
+mod file;
+mod identity;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use llama_cpp_2::token::LlamaToken;
+
+use self::file::{read_entry, read_header, temporary_writer, Header, Refusal, EXTENSION};
+use self::writer::{WriteJob, Writer, PENDING, SUPERSEDED, WRITTEN};
+use super::decoder::SavedState;
+use super::store::{usable, Candidate, StateBytes};
+use super::{CacheEntryKind, CacheEntryStatus, DiskStatus};
+
+pub(crate) use self::identity::{ContextShape, Fingerprint, ModelIdentity};
+
+/// One file of this model's directory.
+struct DiskEntry {
+    path: PathBuf,
+    tokens: Vec<LlamaToken>,
+    kind: CacheEntryKind,
+    bytes: u64,
+    used_at: SystemTime,
+    /// Written yet? (see [`writer`]).
+    status: Arc<AtomicU8>,
+}
+
+impl DiskEntry {
+    fn written(&self) -> bool {
+        self.status.load(Ordering::Acquire) == WRITTEN
+    }
+
+    fn pending(&self) -> bool {
+        self.status.load(Ordering::Acquire) == PENDING
+    }
+}
+
+/// A file of another model's directory, which the budget covers too.
+struct ForeignFile {
+    path: PathBuf,
+    bytes: u64,
+    used_at: SystemTime,
+}
+
+/// Saved states on disk for one model and context.
+pub(crate) struct DiskCache {
+    /// The cache directory (the budget covers all of it).
+    root: PathBuf,
+    /// This model's directory in it.
+    dir: PathBuf,
+    budget: u64,
+    fingerprint: Fingerprint,
+    /// Entries serve only prompts that continue them in full (see the RAM store).
+    whole_only: bool,
+    entries: Vec<DiskEntry>,
+    writer: Writer,
+}
+
+impl DiskCache {
+    /// Opens (creating it) `root`'s directory for the model at `model_path`, indexes the files
+    /// in it and refuses (removes) the unusable ones.
+    ///
+    /// # Errors
+    /// The directory cannot be created or listed, or the writer thread cannot start.
+    pub(crate) fn open(
+        root: &Path,
+        budget: u64,
+        model_path: &Path,
+        fingerprint: Fingerprint,
+        whole_only: bool,
+    ) -> std::io::Result<Self> {
+        let dir = root.join(model_directory(model_path));
+        std::fs::create_dir_all(&dir)?;
+        let mut cache = Self {
+            root: root.to_path_buf(),
+            dir,
+            budget,
+            fingerprint,
+            whole_only,
+            entries: Vec::new(),
+            writer: Writer::start()?,
+        };
+        cache.index()?;
+        Ok(cache)
+    }
+
+    /// Reads every header of the model's directory.
+    fn index(&mut self) -> std::io::Result<()> {
+        for item in std::fs::read_dir(&self.dir)? {
+            let path = item?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if name.ends_with(".tmp") {
+                if abandoned(&path) {
+                    tracing::info!("disk cache: removing {}, left by an interrupted write", path.display());
+                    let _ = std::fs::remove_file(&path);
+                }
+                continue;
+            }
+            if path.extension().and_then(|e| e.to_str()) != Some(EXTENSION) {
+                continue;
+            }
+            match read_header(&path, &self.fingerprint) {
+                Ok(header) => {
+                    let used_at = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+                    let entry = DiskEntry {
+                        path,
+                        tokens: header.tokens.iter().map(|&t| LlamaToken(t)).collect(),
+                        kind: kind_from_name(&header.kind),
+                        bytes: header.payload_bytes(),
+                        used_at,
+                        status: Arc::new(AtomicU8::new(WRITTEN)),
+                    };
+                    self.entries.push(entry);
+                }
+                Err(refusal) => refuse(&path, &refusal),
+            }
+        }
+        Ok(())
+    }
+
+    /// The cache directory and what it holds, for the start-up log.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "disk cache {}: {} entries for this model, {} MiB of {} MiB in use",
+            self.root.display(),
+            self.entries.len(),
+            self.used_bytes() >> 20,
+            self.budget >> 20
+        )
+    }
+
+    /// The written entry that lets `prompt` skip the most tokens (the most recently used among
+    /// equals).
+    pub(crate) fn best(&self, prompt: &[LlamaToken]) -> Option<Candidate> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, entry)| entry.written())
+            .filter_map(|(index, entry)| {
+                let reusable = usable(&entry.tokens, prompt, self.whole_only);
+                (reusable > 0).then_some((Candidate { index, reusable }, entry.used_at))
+            })
+            .max_by_key(|(candidate, used_at)| (candidate.reusable, *used_at))
+            .map(|(candidate, _)| candidate)
+    }
+
+    /// The most recently used written entry: the conversation to restore at start-up.
+    pub(crate) fn most_recent(&self) -> Option<usize> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, entry)| entry.written())
+            .max_by_key(|(_, entry)| entry.used_at)
+            .map(|(index, _)| index)
+    }
+
+    /// Whether an entry holding exactly `tokens` is on disk or being written.
+    pub(crate) fn holds(&self, tokens: &[LlamaToken]) -> bool {
+        self.entries.iter().any(|entry| (entry.written() || entry.pending()) && entry.tokens == tokens)
+    }
+
+    /// Reads the entry at `index`: its tokens, state and kind. A file that cannot be used any
+    /// more is refused (a warning, the file removed) and `None` returned.
+    pub(crate) fn load(&mut self, index: usize) -> Option<(Vec<LlamaToken>, SavedState, CacheEntryKind)> {
+        let started = Instant::now();
+        let entry = &self.entries[index];
+        let read = read_entry(&entry.path, &self.fingerprint).and_then(|(header, target, drafter)| {
+            let tokens: Vec<LlamaToken> = header.tokens.iter().map(|&t| LlamaToken(t)).collect();
+            if tokens != entry.tokens {
+                return Err(Refusal::Header("its tokens changed since it was indexed".into()));
+            }
+            let drafter_tokens = header.drafter_tokens.iter().map(|&t| LlamaToken(t)).collect();
+            let drafter = (header.drafter_bytes > 0).then_some((drafter, drafter_tokens));
+            Ok((tokens, SavedState::from_verified(target, drafter)))
+        });
+        match read {
+            Ok((tokens, state)) => {
+                let now = SystemTime::now();
+                let touched = std::fs::File::options().write(true).open(&entry.path).and_then(|f| f.set_modified(now));
+                if let Err(e) = touched {
+                    tracing::debug!("disk cache: cannot update {}'s time: {e}", entry.path.display());
+                }
+                let kind = entry.kind;
+                tracing::debug!(
+                    tokens = tokens.len(),
+                    mib = state.byte_len() >> 20,
+                    ms = started.elapsed().as_secs_f32() * 1000.0,
+                    "disk cache: read"
+                );
+                self.entries[index].used_at = now;
+                Some((tokens, state, kind))
+            }
+            Err(refusal) => {
+                refuse(&entry.path, &refusal);
+                self.entries.swap_remove(index);
+                None
+            }
+        }
+    }
+
+    /// Queues `state` (holding `tokens`) for writing, after removing the entries it makes
+    /// redundant and, least recently used first, the files that keep it from fitting the
+    /// budget. Nothing is written when the state alone exceeds the budget.
+    pub(crate) fn save(&mut self, tokens: &[LlamaToken], state: &SavedState, kind: CacheEntryKind) {
+        let bytes = state.byte_len() as u64;
+        if bytes > self.budget {
+            tracing::debug!(mib = bytes >> 20, "disk cache: a state larger than the budget is not written");
+            return;
+        }
+        self.entries.retain(|entry| entry.written() || entry.pending());
+        let whole_only = self.whole_only;
+        for entry in &self.entries {
+            let redundant = entry.tokens == tokens
+                || (tokens.starts_with(&entry.tokens) && (entry.kind == CacheEntryKind::Snapshot || !whole_only));
+            if redundant {
+                remove_entry(entry);
+            }
+        }
+        self.entries.retain(|entry| entry.written() || entry.pending());
+        self.make_room(bytes);
+        let path = self.dir.join(format!("{}.{EXTENSION}", tokens_hash(tokens)));
+        let status = Arc::new(AtomicU8::new(PENDING));
+        let header = Header {
+            fingerprint: self.fingerprint.clone(),
+            kind: kind.as_str().to_string(),
+            tokens: tokens.iter().map(|t| t.0).collect(),
+            target_bytes: 0,
+            drafter_bytes: 0,
+            drafter_tokens: state.drafter().map(|(_, tokens)| tokens.iter().map(|t| t.0).collect()).unwrap_or_default(),
+            checksum: String::new(),
+        };
+        self.entries.push(DiskEntry {
+            path: path.clone(),
+            tokens: tokens.to_vec(),
+            kind,
+            bytes,
+            used_at: SystemTime::now(),
+            status: Arc::clone(&status),
+        });
+        self.writer.push(WriteJob { path, header, state: state.clone(), status });
+    }
+
+    /// Removes least recently used files (this model's written entries and other models'
+    /// files) until `bytes` more fit the budget.
+    fn make_room(&mut self, bytes: u64) {
+        let mut foreign = self.foreign_files();
+        let mut used = self.used_bytes_with(&foreign);
+        while used + bytes > self.budget {
+            let own = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(_, entry)| entry.written())
+                .min_by_key(|(_, entry)| entry.used_at)
+                .map(|(index, entry)| (index, entry.used_at));
+            let other = foreign.iter().enumerate().min_by_key(|(_, file)| file.used_at).map(|(i, f)| (i, f.used_at));
+            match (own, other) {
+                (Some((index, own_time)), other) if other.is_none_or(|(_, time)| own_time <= time) => {
+                    let entry = self.entries.swap_remove(index);
+                    tracing::debug!(file = %entry.path.display(), "disk cache: evicted");
+                    let _ = std::fs::remove_file(&entry.path);
+                    used -= entry.bytes;
+                }
+                (_, Some((index, _))) => {
+                    let file = foreign.swap_remove(index);
+                    tracing::debug!(file = %file.path.display(), "disk cache: evicted another model's file");
+                    let _ = std::fs::remove_file(&file.path);
+                    used = used.saturating_sub(file.bytes);
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Complete files of other models' directories.
+    fn foreign_files(&self) -> Vec<ForeignFile> {
+        let Ok(dirs) = std::fs::read_dir(&self.root) else { return Vec::new() };
+        dirs.flatten()
+            .map(|dir| dir.path())
+            .filter(|dir| *dir != self.dir && dir.is_dir())
+            .filter_map(|dir| std::fs::read_dir(dir).ok())
+            .flat_map(|files| files.flatten())
+            .filter(|file| file.path().extension().and_then(|e| e.to_str()) == Some(EXTENSION))
+            .filter_map(|file| {
+                let metadata = file.metadata().ok()?;
+                let used_at = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                Some(ForeignFile { path: file.path(), bytes: metadata.len(), used_at })
+            })
+            .collect()
+    }
+
+    fn used_bytes_with(&self, foreign: &[ForeignFile]) -> u64 {
+        let own: u64 = self.entries.iter().filter(|e| e.written() || e.pending()).map(|e| e.bytes).sum();
+        own + foreign.iter().map(|file| file.bytes).sum::<u64>()
+    }
+
+    /// Bytes the cache directory holds (this model's entries being written included).
+    fn used_bytes(&self) -> u64 {
+        self.used_bytes_with(&self.foreign_files())
+    }
+
+    /// Waits for the queued files, at most `limit`; false if some were not written.
+    pub(crate) fn flush(&self, limit: Duration) -> bool {
+        self.writer.flush(limit)
+    }
+
+    /// What `GET /cache` shows of the disk cache.
+    pub(crate) fn status(&self) -> DiskStatus {
+        let mut entries: Vec<CacheEntryStatus> = self
+            .entries
+            .iter()
+            .filter(|entry| entry.written() || entry.pending())
+            .map(|entry| CacheEntryStatus {
+                kind: entry.kind,
+                tokens: entry.tokens.len() as u32,
+                bytes: entry.bytes,
+                last_used: entry.used_at,
+            })
+            .collect();
+        entries.sort_by_key(|entry| std::cmp::Reverse(entry.last_used));
+        DiskStatus { dir: self.dir.clone(), budget_bytes: self.budget, used_bytes: self.used_bytes(), entries }
+    }
+}
+
+/// Marks an entry redundant: a written file is removed, a queued one is never written.
+fn remove_entry(entry: &DiskEntry) {
+    if entry.status.compare_exchange(PENDING, SUPERSEDED, Ordering::AcqRel, Ordering::Acquire).is_err()
+        && entry.written()
+    {
+        let _ = std::fs::remove_file(&entry.path);
+        entry.status.store(SUPERSEDED, Ordering::Release);
+    }
+}
+
+/// Warns about an unusable file and removes it.
+fn refuse(path: &Path, refusal: &Refusal) {
+    tracing::warn!("disk cache: refusing {}: {refusal}; the file is removed", path.display());
+    if let Err(e) = std::fs::remove_file(path) {
+        tracing::warn!("disk cache: cannot remove {}: {e}", path.display());
+    }
+}
+
+/// Whether a temporary file's writer is gone (its process no longer runs; where that cannot be
+/// told, an hour without change).
+fn abandoned(path: &Path) -> bool {
+    let Some(pid) = temporary_writer(path) else { return true };
+    if pid == std::process::id() {
+        return true;
+    }
+    if cfg!(target_os = "linux") {
+        return !Path::new("/proc").join(pid.to_string()).exists();
+    }
+    let age = std::fs::metadata(path).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+    age.is_none_or(|age| age > Duration::from_secs(3600))
+}
+
+/// The directory of a model file: its name and a hash of its absolute path (two models of
+/// the same name elsewhere do not share one; a replaced file is refused as another model).
+fn model_directory(model_path: &Path) -> String {
+    let absolute = std::path::absolute(model_path).unwrap_or_else(|_| model_path.to_path_buf());
+    let stem = model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let hash = xxhash_rust::xxh3::xxh3_64(absolute.to_string_lossy().as_bytes());
+    format!("{stem}-{:08x}", hash >> 32)
+}
+
+/// The file name of an entry: a hash of its tokens.
+fn tokens_hash(tokens: &[LlamaToken]) -> String {
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.0.to_le_bytes()).collect();
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes))
+}
+
+fn kind_from_name(name: &str) -> CacheEntryKind {
+    if name == CacheEntryKind::Checkpoint.as_str() {
+        CacheEntryKind::Checkpoint
+    } else {
+        CacheEntryKind::Snapshot
+    }
+}

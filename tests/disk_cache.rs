@@ -1,0 +1,252 @@
+//! The disk cache: a restarted engine serves the conversation from disk and answers exactly as
+//! one that never stopped; files that are damaged or were written for another model,
+//! parameters or template are refused (removed) and the answer is a fresh engine's; the budget
+//! evicts the least recently used file.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{generate, long_system_prompt, model_path, smollm2_path, test_config, Generated};
+use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams};
+
+/// A directory of its own for one test, removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("firstword-disk-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Self(dir)
+    }
+
+    /// Every complete cache file under it.
+    fn cache_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> =
+            walk(&self.0).into_iter().filter(|p| p.extension().is_some_and(|e| e == "fwkv")).collect();
+        files.sort();
+        files
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Settings writing sequences of 32 tokens or more to `dir`.
+fn config(model: PathBuf, dir: &TempDir) -> EngineConfig {
+    EngineConfig { cache_dir: Some(dir.0.clone()), cache_min_tokens: 32, ..test_config(model) }
+}
+
+fn greedy(engine: &Engine, prompt: Prompt, max_tokens: u32) -> Generated {
+    let request = GenerationRequest {
+        prompt,
+        max_tokens: Some(max_tokens),
+        sampling: SamplingParams::greedy(),
+        ..GenerationRequest::chat(Vec::new())
+    };
+    generate(engine, request)
+}
+
+fn chat(messages: &[ChatMessage]) -> Prompt {
+    Prompt::Chat { messages: messages.to_vec(), tools: Vec::new() }
+}
+
+/// Turn 1 of a conversation with a long system prompt, and turn 2 built on turn 1's reply.
+fn turns(system_tokens: usize) -> (Vec<ChatMessage>, impl Fn(&str) -> Vec<ChatMessage>) {
+    let turn1 =
+        vec![ChatMessage::system(long_system_prompt(system_tokens)), ChatMessage::user("Which facts mention trains?")];
+    let first = turn1.clone();
+    let turn2 = move |reply: &str| {
+        let mut messages = first.clone();
+        messages.push(ChatMessage::assistant(reply));
+        messages.push(ChatMessage::user("And gardens?"));
+        messages
+    };
+    (turn1, turn2)
+}
+
+/// Starts an engine, runs one turn, and stops it (the files are written by then).
+fn write_one_turn(config: &EngineConfig, prompt: Prompt) -> Generated {
+    let engine = Engine::start(config.clone()).expect("model loads");
+    let reply = greedy(&engine, prompt, 8);
+    drop(engine);
+    reply
+}
+
+#[test]
+fn a_restarted_engine_serves_the_conversation_from_disk_as_one_that_never_stopped() {
+    let dir = TempDir::new("restart");
+    let config = config(smollm2_path(), &dir);
+    let (turn1, turn2) = turns(300);
+
+    let engine = Engine::start(config.clone()).expect("model loads");
+    let first = greedy(&engine, chat(&turn1), 12);
+    assert_eq!(first.timings.cache.reason, Some(CacheMiss::Cold));
+    drop(engine);
+    assert_eq!(dir.cache_files().len(), 1, "the conversation was written: {:?}", dir.cache_files());
+
+    let restarted = Engine::start(config.clone()).expect("model loads");
+    let status = restarted.cache_status();
+    let disk = status.disk.clone().expect("the disk cache is on");
+    assert_eq!(disk.entries.len(), 1, "{status:?}");
+    assert_eq!(status.live_tokens, disk.entries[0].tokens, "the conversation is live before the first request");
+    let second = greedy(&restarted, chat(&turn2(&first.text)), 12);
+    let cache = second.timings.cache;
+    eprintln!("turn 1 {:?}; after the restart {:?} {cache:?}", first.usage, second.usage);
+    assert_eq!((cache.source, cache.reason), (CacheSource::Disk, Some(CacheMiss::Restored)), "{cache:?}");
+    assert!(cache.reused > first.usage.prompt_tokens, "turn 1's prompt and reply come from disk: {cache:?}");
+
+    // An engine that never stopped (and has no disk cache).
+    let steady = Engine::start(EngineConfig { cache_dir: None, ..config }).expect("model loads");
+    let steady_first = greedy(&steady, chat(&turn1), 12);
+    assert_eq!(steady_first.text, first.text);
+    let steady_second = greedy(&steady, chat(&turn2(&first.text)), 12);
+    assert_eq!(steady_second.usage.cached_tokens, second.usage.cached_tokens, "the same split on both sides");
+    assert_eq!(second.text, steady_second.text, "the restored state changed the answer");
+}
+
+/// Damages the one cache file under `dir` with `damage`, starts an engine with `config`, and
+/// checks that the file was refused (removed, nothing live) and the first answer is a fresh
+/// engine's.
+fn refused_after(dir: &TempDir, config: &EngineConfig, prompt: &Prompt, damage: impl FnOnce(&Path)) {
+    let files = dir.cache_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    damage(&files[0]);
+    let engine = Engine::start(config.clone()).expect("model loads");
+    let status = engine.cache_status();
+    assert_eq!(status.live_tokens, 0, "nothing restored: {status:?}");
+    assert!(status.disk.expect("disk cache on").entries.is_empty());
+    assert!(!files[0].exists(), "the refused file is removed");
+    let answer = greedy(&engine, prompt.clone(), 8);
+    assert_eq!(answer.timings.cache.reason, Some(CacheMiss::Cold), "{:?}", answer.timings.cache);
+    drop(engine);
+    let fresh = Engine::start(EngineConfig { cache_dir: None, ..config.clone() }).expect("model loads");
+    assert_eq!(answer.text, greedy(&fresh, prompt.clone(), 8).text);
+    // This engine wrote its own file again.
+    assert_eq!(dir.cache_files().len(), 1);
+}
+
+#[test]
+fn truncated_zeroed_and_corrupt_files_are_refused() {
+    let dir = TempDir::new("damaged");
+    let config = config(smollm2_path(), &dir);
+    let (turn1, _) = turns(200);
+    let prompt = chat(&turn1);
+    write_one_turn(&config, prompt.clone());
+    refused_after(&dir, &config, &prompt, |file| {
+        let bytes = std::fs::read(file).expect("read");
+        std::fs::write(file, &bytes[..bytes.len() / 2]).expect("truncate");
+    });
+    refused_after(&dir, &config, &prompt, |file| {
+        let length = std::fs::metadata(file).expect("metadata").len() as usize;
+        std::fs::write(file, vec![0u8; length]).expect("zero");
+    });
+    refused_after(&dir, &config, &prompt, |file| {
+        // A flipped bit in the state: the header is intact, the checksum is not.
+        let mut bytes = std::fs::read(file).expect("read");
+        let middle = bytes.len() - 1000;
+        bytes[middle] ^= 0x10;
+        std::fs::write(file, bytes).expect("flip");
+    });
+}
+
+#[test]
+fn files_of_other_parameters_templates_and_models_are_refused() {
+    let dir = TempDir::new("foreign");
+    let config = config(smollm2_path(), &dir);
+    let (turn1, _) = turns(200);
+    let prompt = chat(&turn1);
+    write_one_turn(&config, prompt.clone());
+
+    // Another context size.
+    let other_context = EngineConfig { ctx_size: Some(2048), ..config.clone() };
+    refused_after(&dir, &other_context, &prompt, |_| {});
+
+    // Another chat template (the same turns, written by a file).
+    let template = dir.0.join("chatml.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+         {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    )
+    .expect("template");
+    let other_template = EngineConfig { chat_template_file: Some(template), ..other_context.clone() };
+    refused_after(&dir, &other_template, &prompt, |_| {});
+
+    // Another model behind the same path (a model file replaced by another).
+    let link = dir.0.join("model.gguf");
+    std::os::unix::fs::symlink(smollm2_path(), &link).expect("symlink");
+    let linked = EngineConfig { model_path: link.clone(), ..config.clone() };
+    let tokens = Prompt::Tokens((1..200).collect());
+    for file in dir.cache_files() {
+        std::fs::remove_file(file).expect("clean");
+    }
+    write_one_turn(&linked, tokens.clone());
+    std::fs::remove_file(&link).expect("unlink");
+    std::os::unix::fs::symlink(model_path("tiny-lfm2.gguf"), &link).expect("symlink");
+    refused_after(&dir, &linked, &tokens, |_| {});
+}
+
+#[test]
+fn the_disk_budget_evicts_the_least_recently_used_file() {
+    let dir = TempDir::new("budget");
+    // About 23 KB per SmolLM2 token: two conversations of ~300 tokens fit, three do not.
+    let config = EngineConfig { cache_disk_mib: 16, ..config(smollm2_path(), &dir) };
+    let engine = Engine::start(config).expect("model loads");
+    let conversation = |topic: &str, system_tokens: usize| {
+        vec![ChatMessage::system(format!("{topic}\n{}", long_system_prompt(system_tokens))), ChatMessage::user("Hi.")]
+    };
+    let on_disk = |engine: &Engine| -> Vec<u32> {
+        let mut tokens: Vec<u32> =
+            common::settled_cache(engine).disk.expect("disk").entries.iter().map(|e| e.tokens).collect();
+        tokens.sort_unstable();
+        tokens
+    };
+    let a = greedy(&engine, chat(&conversation("Topic A.", 250)), 6);
+    let b = greedy(&engine, chat(&conversation("Topic B.", 230)), 6);
+    let files = on_disk(&engine);
+    assert_eq!(
+        files.len(),
+        2,
+        "both fit: a {:?}, b {:?}, {files:?} {:?}",
+        a.usage,
+        b.usage,
+        engine.cache_status().disk
+    );
+    // A's next turn: its newer file replaces the older one and makes A the most recent.
+    let mut a2 = conversation("Topic A.", 250);
+    a2.push(ChatMessage::assistant(a.text.as_str()));
+    a2.push(ChatMessage::user("Tell me more."));
+    let a2_reply = greedy(&engine, chat(&a2), 6);
+    let files = on_disk(&engine);
+    assert_eq!(files.len(), 2, "{files:?}");
+    greedy(&engine, chat(&conversation("Topic C.", 240)), 6);
+    let files = on_disk(&engine);
+    eprintln!("a {:?}, b {:?}, a2 {:?}: on disk {files:?}", a.usage, b.usage, a2_reply.usage);
+    assert_eq!(files.len(), 2, "C evicted one: {files:?}");
+    assert!(
+        !files.iter().any(|&t| t.abs_diff(b.usage.prompt_tokens) < 16),
+        "B, the least recently used, is the one evicted: {files:?}"
+    );
+    assert!(files.iter().any(|&t| t > a2_reply.usage.prompt_tokens), "A's newest turn stays: {files:?}");
+    assert_eq!(dir.cache_files().len(), 2, "the evicted file is gone from disk");
+    let used: u64 = walk(&dir.0).iter().map(|p| std::fs::metadata(p).map_or(0, |m| m.len())).sum();
+    assert!(used <= 16 << 20, "the budget holds: {used} bytes");
+}
