@@ -5,14 +5,20 @@
 # FIRSTWORD_ARGS: extra `firstword serve` flags. COMPARE_ARGS: also start a second firstword with
 # these flags instead, e.g. speculation on vs off:
 #   FIRSTWORD_ARGS="--spec none" COMPARE_ARGS="--spec mtp" scripts/bench.sh models/tiny-mtp.gguf
+# Every server it starts gets a restart command (SIGTERM, wait for the exit, start it again,
+# wait for /health), so scenario R measures the first turn after a restart. Each firstword
+# keeps its disk cache in a fresh temporary directory (never the user's).
 set -euo pipefail
 model=${1:?model path}; shift
 ctx=${CTX:-8192}
 threads=${THREADS:-$(nproc)}
 cargo build --release --quiet --bin firstword
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+state=$(mktemp -d /tmp/firstword-bench.XXXXXX)
+cleanup() {
+  for pidfile in "$state"/*.pid; do [ -e "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true; done
+  rm -rf "$state"
+}
 trap cleanup EXIT
 
 port_free() {
@@ -21,39 +27,52 @@ port_free() {
   fi
 }
 
-wait_healthy() {  # PORT PID
-  for _ in $(seq 1 600); do
-    kill -0 "$2" 2>/dev/null || { echo "the server for port $1 exited" >&2; return 1; }
-    curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "server on port $1 did not become healthy" >&2; return 1
+# start_server PORT LOG COMMAND...: writes $state/PORT.start (starts COMMAND in the background,
+# its pid in $state/PORT.pid, waits for /health, prints the pid) and $state/PORT.restart (stops
+# the running one with SIGTERM, waits for it to exit, then starts it again), and starts it.
+start_server() {
+  local port=$1 log=$2; shift 2
+  port_free "$port"
+  {
+    echo 'set -e'
+    # stdout too: the restart command's caller reads its output until every writer closes it.
+    printf '%q ' "$@"; echo ">/dev/null 2>>$(printf '%q' "$log") &"
+    echo "pid=\$!; echo \$pid > $state/$port.pid"
+    echo 'for _ in $(seq 1 600); do'
+    echo '  kill -0 $pid 2>/dev/null || { echo "the server for port '"$port"' exited" >&2; exit 1; }'
+    echo "  curl -sf http://127.0.0.1:$port/health >/dev/null 2>&1 && { echo \$pid; exit 0; }"
+    echo '  sleep 0.2'
+    echo 'done'
+    echo 'echo "server on port '"$port"' did not become healthy" >&2; exit 1'
+  } > "$state/$port.start"
+  {
+    echo 'set -e'
+    echo "pid=\$(cat $state/$port.pid); kill \$pid"
+    echo 'while kill -0 $pid 2>/dev/null; do sleep 0.1; done'
+    echo "exec bash $state/$port.start"
+  } > "$state/$port.restart"
+  : > "$log"
+  bash "$state/$port.start" >/dev/null
 }
 
 # shellcheck disable=SC2206 # flags are words
 base_args=(${FIRSTWORD_ARGS:-})
-port_free 18080
-./target/release/firstword serve -m "$model" --port 18080 -c "$ctx" -t "$threads" --threads-batch "$threads" "${base_args[@]}" 2>/tmp/firstword-bench.log &
-pids+=($!); servers=(--url http://127.0.0.1:18080 --name "firstword${FIRSTWORD_ARGS:+ $FIRSTWORD_ARGS}" --pid $!)
-wait_healthy 18080 $!
+start_server 18080 /tmp/firstword-bench.log ./target/release/firstword serve -m "$model" --port 18080 -c "$ctx" -t "$threads" --threads-batch "$threads" --cache-dir "$state/cache-18080" "${base_args[@]}"
+servers=(--url http://127.0.0.1:18080 --name "firstword${FIRSTWORD_ARGS:+ $FIRSTWORD_ARGS}" --pid "$(cat "$state/18080.pid")" --restart "bash $state/18080.restart")
 
 if [ -n "${COMPARE_ARGS:-}" ]; then
   # shellcheck disable=SC2206 # flags are words
   compare_args=($COMPARE_ARGS)
-  port_free 18082
-  ./target/release/firstword serve -m "$model" --port 18082 -c "$ctx" -t "$threads" --threads-batch "$threads" "${compare_args[@]}" 2>/tmp/firstword-bench-compare.log &
-  pids+=($!); servers+=(--url http://127.0.0.1:18082 --name "firstword $COMPARE_ARGS" --pid $!)
-  wait_healthy 18082 $!
+  start_server 18082 /tmp/firstword-bench-compare.log ./target/release/firstword serve -m "$model" --port 18082 -c "$ctx" -t "$threads" --threads-batch "$threads" --cache-dir "$state/cache-18082" "${compare_args[@]}"
+  servers+=(--url http://127.0.0.1:18082 --name "firstword $COMPARE_ARGS" --pid "$(cat "$state/18082.pid")" --restart "bash $state/18082.restart")
 fi
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
-  port_free 18081
   # --no-repack: firstword loads the weights as they are (no repacked or AMX buffers), so this
   # is the like-for-like setting; llama-server's AMX repack path also segfaults at the first
   # decode on this project's AMX-capable development machines.
-  "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja --no-repack 2>/tmp/llama-server-bench.log &
-  pids+=($!); servers+=(--url http://127.0.0.1:18081 --name llama-server --pid $!)
-  wait_healthy 18081 $!
+  start_server 18081 /tmp/llama-server-bench.log "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja --no-repack
+  servers+=(--url http://127.0.0.1:18081 --name llama-server --pid "$(cat "$state/18081.pid")" --restart "bash $state/18081.restart")
 fi
 
 ./target/release/firstword bench "${servers[@]}" "$@"

@@ -323,6 +323,11 @@ pub(crate) struct BenchArgs {
     /// Process ids of the servers, in --url order, to report their peak memory.
     #[arg(long = "pid")]
     pub pids: Vec<u32>,
+    /// Shell commands that restart the servers, in --url order (one per server, or none):
+    /// scenario R then measures the conversation's first turn after a restart. Each returns
+    /// once its server is restarted; its last line of output, if a number, is the new pid.
+    #[arg(long = "restart", value_name = "COMMAND")]
+    pub restarts: Vec<String>,
     /// Size of the generated system prompt, in tokens (approximate).
     #[arg(long = "system-tokens", default_value_t = 4000, conflicts_with = "system_prompt_file")]
     pub system_tokens: usize,
@@ -376,6 +381,7 @@ impl BenchArgs {
                 name: self.names.get(i).cloned().unwrap_or_else(|| url.clone()),
                 url: url.clone(),
                 pid: self.pids.get(i).copied(),
+                restart: self.restarts.get(i).cloned(),
             })
             .collect();
         Ok(BenchConfig {

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 fn config(url: String, name: &str) -> BenchConfig {
     BenchConfig {
-        targets: vec![Target { name: name.into(), url, pid: None }],
+        targets: vec![Target { name: name.into(), url, pid: None, restart: None }],
         system_prompt: firstword::bench::synthetic_system_prompt(300),
         turns: 3,
         reps: 1,
@@ -46,7 +46,10 @@ fn assert_alternating_order(rows: &[Row], turns: u32) {
 #[tokio::test]
 async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
     let (_guard, server) = exclusive_server().await;
-    let rows = run(&config(format!("{}/v1", server.base), "firstword"), |_| {}).await.expect("bench runs");
+    let mut firstword = config(format!("{}/v1", server.base), "firstword");
+    // A restart command that restarts nothing: scenario R still waits for /health and measures.
+    firstword.targets[0].restart = Some("echo no restart here".into());
+    let rows = run(&firstword, |_| {}).await.expect("bench runs");
     for scenario in [
         Scenario::Cold,
         Scenario::Warm,
@@ -59,6 +62,7 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
         Scenario::AfterInterleave,
         Scenario::Alternating,
         Scenario::Spoken,
+        Scenario::Restart,
     ] {
         let found = scenario_rows(&rows, scenario);
         assert!(!found.is_empty(), "no {scenario:?} row");
@@ -88,6 +92,11 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
     assert!(summaries[0].tool_pass(), "{:?}", summaries[0].tool_failure);
     assert!(summaries[0].spoken_ttft.is_some(), "{:?}", summaries[0]);
     assert!(summaries[0].alternating_ttft.is_some(), "{:?}", summaries[0]);
+    assert!(summaries[0].restart_ttft.is_some(), "{:?}", summaries[0]);
+    assert!(table(&summaries).contains("TTFT after restart ms (× warm)"));
+    // R is the conversation's next turn: it continues the conversation.
+    let restart = scenario_rows(&rows, Scenario::Restart)[0];
+    assert!(restart.cached_tokens.unwrap_or(0) > 300, "{restart:?}");
     assert!(decide(&summaries).expect("a decision").starts_with("firstword"));
 }
 
@@ -120,7 +129,14 @@ async fn a_wrong_server_fails_with_reasons_and_counted_errors() {
     let address = listener.local_addr().expect("address");
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let rows = run(&config(format!("http://{address}"), "mock"), |_| {}).await.expect("bench runs");
+    let mut mock = config(format!("http://{address}"), "mock");
+    mock.targets[0].restart = Some("echo cannot restart >&2; exit 3".into());
+    let rows = run(&mock, |_| {}).await.expect("bench runs");
+    let restart = scenario_rows(&rows, Scenario::Restart)[0];
+    assert!(
+        restart.error.starts_with("restart command failed") && restart.error.contains("cannot restart"),
+        "{restart:?}"
+    );
     let failed_turn = rows.iter().find(|r| r.http_status == 500).expect("the HTTP 500 is recorded");
     assert!(failed_turn.error.starts_with("HTTP 500"), "{failed_turn:?}");
     let tool = scenario_rows(&rows, Scenario::ToolStream)[0];
@@ -134,7 +150,7 @@ async fn a_wrong_server_fails_with_reasons_and_counted_errors() {
     let spoken = scenario_rows(&rows, Scenario::Spoken)[0];
     assert_eq!(spoken.prefills, Some(0), "{spoken:?}");
     let summaries = summarize(&rows, &[]);
-    assert_eq!(summaries[0].errors, 1);
+    assert_eq!(summaries[0].errors, 2, "the HTTP 500 and the failed restart");
     assert!(table(&summaries).contains("no /v1/prefill"), "{}", table(&summaries));
     assert!(!summaries[0].tool_pass());
     assert!(decide(&summaries).is_err(), "no server passed: no decision");

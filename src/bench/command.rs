@@ -10,10 +10,11 @@ use super::{
     BenchError, Weights,
 };
 
-/// Requests per server and repetition: the turns, the interleaved job and the turn after it,
-/// two decode runs, three tool checks, the two alternating conversations' turns.
-fn requests_per_run(turns: u32) -> u64 {
-    u64::from(turns) + 1 + 2 + 2 + 3 + 2 * u64::from(turns)
+/// Requests per server and repetition: the turns, the spoken turn, the interleaved job and the
+/// turn after it, two decode runs, three tool checks, the two alternating conversations' turns,
+/// and the turn after a restart where the server has a restart command.
+fn requests_per_run(turns: u32, restarts: bool) -> u64 {
+    u64::from(turns) + 1 + 2 + 2 + 3 + 2 * u64::from(turns) + u64::from(restarts)
 }
 
 /// Fails early, with the server named, when a server does not answer at all.
@@ -60,7 +61,8 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Benc
     if let Some(load) = load_before.filter(|&l| l > 0.5) {
         eprintln!("warning: load average {load:.2} before the run; other work on this machine skews the numbers");
     }
-    let total = u64::from(config.reps) * config.targets.len() as u64 * requests_per_run(config.turns);
+    let per_rep: u64 = config.targets.iter().map(|t| requests_per_run(config.turns, t.restart.is_some())).sum();
+    let total = u64::from(config.reps) * per_rep;
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} requests, {elapsed} {msg}")

@@ -1,6 +1,6 @@
 //! `firstword bench`: the cold / warm / tool / decode / interleaved-job / alternating-conversations
-//! micro-benchmark against any OpenAI-compatible server, so users choose with data from their
-//! own machine.
+//! / spoken / restart micro-benchmark against any OpenAI-compatible server, so users choose with
+//! data from their own machine.
 //!
 //! Per repetition every server runs every scenario in turn (A B A B …), so machine drift hits
 //! all of them equally. Each request becomes a [`Row`]; [`summarize`] and [`decide`] turn rows
@@ -35,6 +35,10 @@ pub struct Target {
     pub url: String,
     /// Process id, to read its peak memory.
     pub pid: Option<u32>,
+    /// A shell command that restarts the server and returns once it is ready again (the
+    /// restart scenario R runs it); its last line of output, if a number, is the new process
+    /// id.
+    pub restart: Option<String>,
 }
 
 /// What to run.
@@ -181,10 +185,11 @@ pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result
         .build()
         .map_err(BenchError::HttpClient)?;
     let mut rows = Vec::new();
+    let mut pids: Vec<Option<u32>> = config.targets.iter().map(|t| t.pid).collect();
     for rep in 1..=config.reps {
-        for target in &config.targets {
+        for (target, pid) in config.targets.iter().zip(&mut pids) {
             let mut bench =
-                ServerRun { config, client: &client, target, rep, rows: &mut rows, progress: &mut progress };
+                ServerRun { config, client: &client, target, pid, rep, rows: &mut rows, progress: &mut progress };
             bench.all_scenarios().await;
         }
     }
@@ -196,6 +201,8 @@ struct ServerRun<'a, P> {
     config: &'a BenchConfig,
     client: &'a reqwest::Client,
     target: &'a Target,
+    /// The server's process id now (a restart changes it).
+    pid: &'a mut Option<u32>,
     rep: u32,
     rows: &'a mut Vec<Row>,
     progress: &'a mut P,
@@ -277,6 +284,29 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         let body = self.body(&[story], self.config.decode_tokens, true);
         self.request(self.row(Scenario::DecodeShort, 0), body).await;
         self.alternating_scenario().await;
+        if let Some(command) = &self.target.restart {
+            self.restart_turn(command, &mut messages, self.config.turns + 3).await;
+        }
+    }
+
+    /// R: restarts the server with `command`, waits until it answers `/health`, then sends the
+    /// conversation's next turn: what a user says first after an update, a crash or a reboot.
+    async fn restart_turn(&mut self, command: &str, messages: &mut Vec<Value>, turn: u32) {
+        let mut row = self.row(Scenario::Restart, turn);
+        row.restarted_peak_rss_mb = self.pid.and_then(peak_rss_mb);
+        match restart(command, base(&self.target.url), self.config.timeout).await {
+            Ok(new_pid) => {
+                if new_pid.is_some() {
+                    *self.pid = new_pid;
+                }
+                messages.push(json!({"role": "user", "content": "We were cut off. Where were we?"}));
+                let body = self.body(messages, self.config.turn_tokens, true);
+                let reply = send(self.client, base(&self.target.url), &body, &mut row).await;
+                messages.push(json!({"role": "assistant", "content": reply.content}));
+            }
+            Err(error) => row.error = error,
+        }
+        self.record(row);
     }
 
     /// P: the next user turn spoken a word at a time (150 words a minute). Every
@@ -384,6 +414,32 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
             row.error = "the follow-up after the tool result was not answered".into();
         }
         self.record(row);
+    }
+}
+
+/// Runs a restart command and waits (up to `timeout`) until the server at `base` answers
+/// `/health` with 200; returns the new process id the command printed, if any.
+async fn restart(command: &str, base: &str, timeout: Duration) -> Result<Option<u32>, String> {
+    let output = tokio::process::Command::new("sh")
+        .args(["-c", command])
+        .output()
+        .await
+        .map_err(|e| format!("restart command: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("restart command failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr)));
+    }
+    let pid = String::from_utf8_lossy(&output.stdout).lines().last().and_then(|line| line.trim().parse().ok());
+    let deadline = tokio::time::Instant::now() + timeout;
+    let client = reqwest::Client::new();
+    loop {
+        let health = client.get(format!("{base}/health")).timeout(Duration::from_secs(5)).send().await;
+        if health.is_ok_and(|r| r.status().is_success()) {
+            return Ok(pid);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err("the server did not answer /health after the restart".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

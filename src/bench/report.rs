@@ -35,6 +35,9 @@ pub enum Scenario {
     /// that answers `/v1/prefill` gets the transcript so far every few words; the request is
     /// sent when the last word is out (its TTFT is what the user waits for).
     Spoken,
+    /// R: the conversation's next turn after the server was restarted (by the target's
+    /// restart command), the last scenario of a repetition.
+    Restart,
 }
 
 /// Which of the alternating scenario's two conversations a row belongs to.
@@ -53,10 +56,11 @@ impl Scenario {
         matches!(self, Self::ToolStream | Self::ToolNonStream | Self::ToolFollowUp)
     }
 
-    /// Whether this is a turn of the conversation (A, B, or the turn after E's job).
+    /// Whether this is a turn of the conversation (A, B, the turn after E's job, or after R's
+    /// restart).
     #[must_use]
     pub fn is_conversation_turn(self) -> bool {
-        matches!(self, Self::Cold | Self::Warm | Self::AfterInterleave)
+        matches!(self, Self::Cold | Self::Warm | Self::AfterInterleave | Self::Restart)
     }
 }
 
@@ -106,6 +110,9 @@ pub struct Row {
     pub cache_save_ms: Option<f64>,
     /// Time it spent restoring a stored state (`timings.cache.restore_ms`).
     pub cache_restore_ms: Option<f64>,
+    /// The restart scenario: the peak memory of the process that was restarted (VmHWM, MB),
+    /// read just before the restart; empty in other scenarios.
+    pub restarted_peak_rss_mb: Option<f64>,
 }
 
 impl Row {
@@ -134,6 +141,7 @@ impl Row {
             prefills: None,
             cache_save_ms: None,
             cache_restore_ms: None,
+            restarted_peak_rss_mb: None,
         }
     }
 
@@ -209,6 +217,8 @@ pub struct Summary {
     pub spoken_ttft: Option<Spread>,
     /// Prefills the server answered in the spoken turns (0: it has no `/v1/prefill`).
     pub spoken_prefills: Option<u32>,
+    /// TTFT of the turn after a restart, ms.
+    pub restart_ttft: Option<Spread>,
     /// Requests that failed (HTTP or protocol errors, not tool-check failures).
     pub errors: usize,
     /// Peak resident memory (VmHWM), MB, when a PID was given.
@@ -277,8 +287,15 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                 alternating_ttft: Spread::of(&values(Scenario::Alternating, |r| r.ttft_ms.filter(|_| r.turn > 1))),
                 spoken_ttft: Spread::of(&values(Scenario::Spoken, |r| r.ttft_ms)),
                 spoken_prefills: mine.iter().filter_map(|r| r.prefills).reduce(|a, b| a + b),
+                restart_ttft: Spread::of(&values(Scenario::Restart, |r| r.ttft_ms)),
                 errors: mine.iter().filter(|r| !r.ok() && !r.scenario.is_tool()).count(),
-                peak_rss_mb: peak_rss_mb.iter().find(|(name, _)| name == server).map(|(_, mb)| *mb),
+                // A restarted process's peak, read before its restart, counts too.
+                peak_rss_mb: peak_rss_mb
+                    .iter()
+                    .filter(|(name, _)| name == server)
+                    .map(|(_, mb)| *mb)
+                    .chain(mine.iter().filter_map(|r| r.restarted_peak_rss_mb))
+                    .reduce(f64::max),
                 drafts: mine.iter().filter(|r| r.ok()).fold(None, |total, r| match (r.draft_n, r.draft_n_accepted) {
                     (Some(drafted), Some(accepted)) => {
                         let (d, a) = total.unwrap_or((0, 0));

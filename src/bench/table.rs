@@ -7,13 +7,13 @@ use super::report::{Spread, Summary};
 #[must_use]
 pub fn table(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "server | cold TTFT ms | warm TTFT ms (mean) | warm TTFT ms | warm first sentence ms | tool | decode short tok/s | decode long tok/s | TTFT after interleaved job ms | alternating TTFT ms (× warm) | spoken TTFT ms (× warm) | errors | peak RSS MB\n",
+        "server | cold TTFT ms | warm TTFT ms (mean) | warm TTFT ms | warm first sentence ms | tool | decode short tok/s | decode long tok/s | TTFT after interleaved job ms | alternating TTFT ms (× warm) | spoken TTFT ms (× warm) | TTFT after restart ms (× warm) | errors | peak RSS MB\n",
     );
     for s in summaries {
         let tool =
             if s.tool_pass() { "PASS".to_string() } else { format!("FAIL {}/{}", s.tool_passes.0, s.tool_passes.1) };
         out.push_str(&format!(
-            "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}\n",
+            "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}\n",
             s.server,
             show(s.cold_ttft),
             s.warm_ttft_mean.map_or("-".into(), |w| format!("{w:.1}")),
@@ -25,6 +25,7 @@ pub fn table(summaries: &[Summary]) -> String {
             show(s.after_interleave_ttft),
             alternating(s),
             spoken(s),
+            times_warm(s.restart_ttft, s),
             s.errors,
             s.peak_rss_mb.map_or("-".into(), |m| format!("{m:.0}")),
         ));
@@ -49,21 +50,22 @@ fn show(value: Option<Spread>) -> String {
 /// The alternating conversations' TTFT after their first turns, and its median over the warm
 /// TTFT's median: near 1 when a second conversation does not cost the first its cache.
 fn alternating(s: &Summary) -> String {
-    let ratio = match (s.alternating_ttft, s.warm_ttft) {
-        (Some(alternating), Some(warm)) if warm.median > 0.0 => format!(" (×{:.2})", alternating.median / warm.median),
-        _ => String::new(),
-    };
-    show(s.alternating_ttft) + &ratio
+    times_warm(s.alternating_ttft, s)
 }
 
 /// The spoken turn's TTFT and its ratio to the warm TTFT, and whether the server prefilled.
 fn spoken(s: &Summary) -> String {
-    let ratio = match (s.spoken_ttft, s.warm_ttft) {
-        (Some(spoken), Some(warm)) if warm.median > 0.0 => format!(" (×{:.2})", spoken.median / warm.median),
+    let prefills = if s.spoken_prefills == Some(0) { ", no /v1/prefill" } else { "" };
+    times_warm(s.spoken_ttft, s) + prefills
+}
+
+/// A TTFT and its median over the warm TTFT's median.
+fn times_warm(ttft: Option<Spread>, s: &Summary) -> String {
+    let ratio = match (ttft, s.warm_ttft) {
+        (Some(ttft), Some(warm)) if warm.median > 0.0 => format!(" (×{:.2})", ttft.median / warm.median),
         _ => String::new(),
     };
-    let prefills = if s.spoken_prefills == Some(0) { ", no /v1/prefill" } else { "" };
-    show(s.spoken_ttft) + &ratio + prefills
+    show(ttft) + &ratio
 }
 
 #[cfg(test)]
