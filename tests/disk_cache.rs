@@ -101,6 +101,12 @@ fn a_restarted_engine_serves_the_conversation_from_disk_as_one_that_never_stoppe
     assert_eq!(first.timings.cache.reason, Some(CacheMiss::Cold));
     drop(engine);
     assert_eq!(dir.cache_files().len(), 1, "the conversation was written: {:?}", dir.cache_files());
+    // The files hold the conversation's tokens: for the user alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
+    let file = &dir.cache_files()[0];
+    assert_eq!(mode(file), 0o600);
+    assert_eq!(mode(file.parent().expect("model dir")), 0o700);
 
     let restarted = Engine::start(config.clone()).expect("model loads");
     let status = restarted.cache_status();

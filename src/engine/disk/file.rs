@@ -175,7 +175,12 @@ pub(crate) fn write_entry(path: &Path, mut header: Header, target: &[u8], drafte
     let text = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
     let temporary = temporary_path(path);
     let written = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&temporary)?;
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        // The header holds the conversation's tokens: for the user alone.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&temporary)?;
         file.write_all(MAGIC)?;
         file.write_all(&FORMAT_VERSION.to_le_bytes())?;
         file.write_all(&(text.len() as u64).to_le_bytes())?;

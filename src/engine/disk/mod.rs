@@ -80,7 +80,8 @@ impl DiskCache {
         whole_only: bool,
     ) -> std::io::Result<Self> {
         let dir = root.join(model_directory(model_path));
-        std::fs::create_dir_all(&dir)?;
+        create_private_dir(root)?;
+        create_private_dir(&dir)?;
         let mut cache = Self {
             root: root.to_path_buf(),
             dir,
@@ -330,6 +331,19 @@ impl DiskCache {
         entries.sort_by_key(|entry| std::cmp::Reverse(entry.last_used));
         DiskStatus { dir: self.dir.clone(), budget_bytes: self.budget, used_bytes: self.used_bytes(), entries }
     }
+}
+
+/// Creates `dir` (and its parents) if missing; a directory created here is readable by the
+/// user alone (its files hold conversations' tokens).
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 /// Marks an entry redundant: a written file is removed, a queued one is never written.
