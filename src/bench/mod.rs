@@ -275,7 +275,8 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         self.request(self.row(Scenario::InterleavedJob, 0), body).await;
         messages.push(json!({"role": "user", "content": "Back to us: which facts mention bakeries?"}));
         let body = self.body(&messages, self.config.turn_tokens, true);
-        self.request(self.row(Scenario::AfterInterleave, self.config.turns + 2), body).await;
+        let reply = self.request(self.row(Scenario::AfterInterleave, self.config.turns + 2), body).await;
+        messages.push(json!({"role": "assistant", "content": reply.content}));
 
         let story = json!({"role": "user", "content": "Write a long story about a dragon who learns to bake."});
         let body = self.body(&[messages[0].clone(), story.clone()], self.config.decode_tokens, true);
