@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use firstword::api::{ApiKeys, CorsOrigins, ServeOptions};
 use firstword::bench::{BenchConfig, Outputs, Target, Weights};
 use firstword::engine::{
     EngineConfig, EngineError, FlashAttention, Prompt, SpecMode, SpeculationConfig, SpeculationError, LLAMA_CPP_BUILD,
@@ -187,6 +188,48 @@ pub(crate) struct ServerArgs {
     /// full). Stops a model caught in a loop.
     #[arg(short = 'n', long = "n-predict", visible_alias = "predict", env = "FIRSTWORD_N_PREDICT", default_value_t = i64::from(EngineConfig::DEFAULT_N_PREDICT), allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..=i64::from(u32::MAX)))]
     pub n_predict: i64,
+    /// Require this key (`Authorization: Bearer KEY`) on every route but /health.
+    #[arg(long = "api-key", value_name = "KEY", env = "FIRSTWORD_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Require one of the keys in this file (one per line; `#` comments), like --api-key.
+    #[arg(long = "api-key-file", value_name = "FILE", env = "FIRSTWORD_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// Let browser pages of this origin call the API (CORS; repeatable; `*` for any origin).
+    /// Off by default: browsers refuse cross-origin calls.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
+    /// Largest request body accepted, in bytes (413 beyond it).
+    #[arg(long = "max-body-bytes", value_name = "BYTES", env = "FIRSTWORD_MAX_BODY_BYTES", default_value_t = ServeOptions::DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+}
+
+impl ServerArgs {
+    /// The HTTP server's options: body limit, API keys (read from the key file), CORS.
+    ///
+    /// # Errors
+    /// The key file cannot be read or holds no key; a CORS origin is not valid.
+    pub(crate) fn serve_options(&self) -> anyhow::Result<ServeOptions> {
+        let mut keys: Vec<String> = self.api_key.iter().cloned().collect();
+        if let Some(path) = &self.api_key_file {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("--api-key-file {}: {e}", path.display()))?;
+            let from_file = ApiKeys::parse_file(&text);
+            if from_file.is_empty() {
+                anyhow::bail!("--api-key-file {}: no key in it", path.display());
+            }
+            keys.extend(from_file);
+        }
+        if self.api_key.as_deref() == Some("") {
+            anyhow::bail!("--api-key is empty");
+        }
+        let cors_origins = CorsOrigins::parse(&self.cors_origins).map_err(|e| anyhow::anyhow!("--cors-origin: {e}"))?;
+        Ok(ServeOptions {
+            max_body_bytes: self.max_body_bytes,
+            api_keys: ApiKeys::new(keys),
+            cors_origins,
+            ..ServeOptions::default()
+        })
+    }
 }
 
 /// `--flash-attn`.

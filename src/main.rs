@@ -40,10 +40,17 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let listener =
         tokio::net::TcpListener::bind(address).await.map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
     let address = listener.local_addr()?;
+    let options = args.server.serve_options()?;
+    if !address.ip().is_loopback() && !options.api_keys.required() {
+        tracing::warn!(
+            "listening on {address}, beyond this machine, without an API key: anyone who can reach it may use it (--api-key)"
+        );
+    }
     let config = EngineConfig { warm: args.warm_prompts()?, ..args.engine_config() };
     // Listen first, so /health answers 503 while the model loads (and warms).
     let engine = Engine::spawn(config);
-    let mut server = tokio::spawn(firstword::api::serve(listener, engine.clone(), shutdown_signal(engine.clone())));
+    let served = firstword::api::serve_with(listener, engine.clone(), options, shutdown_signal(engine.clone()));
+    let mut server = tokio::spawn(served);
     let info = tokio::select! {
         info = engine.wait_ready() => info.map_err(|e| anyhow::anyhow!(cli::in_flag_terms(&e)))?,
         served = &mut server => return served?.map_err(Into::into),

@@ -62,7 +62,9 @@ fn serve_smollm2(extra: &[&str]) -> (Child, u16, Lines<BufReader<ChildStderr>>, 
     loop {
         let line = lines.next().expect("server still running").expect("line");
         if line.contains("ready") {
-            assert!(line.contains("listening on http://127.0.0.1:"), "startup line: {line}");
+            // The default bind stays on this machine.
+            let host = extra.iter().position(|&a| a == "--host").map_or("127.0.0.1", |i| extra[i + 1]);
+            assert!(line.contains(&format!("listening on http://{host}:")), "startup line: {line}");
             break;
         }
         startup.push(line);
@@ -281,5 +283,42 @@ fn the_disk_cache_survives_sigterm_and_sigkill_and_refuses_a_damaged_file_by_nam
     assert_eq!(cold["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"]);
     let (status, _) = stop(child, lines, "-TERM");
     assert!(status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_api_key_guards_every_route_but_health_and_an_open_bind_without_one_warns() {
+    let reaper = Reaper::default();
+    let dir = std::env::temp_dir().join(format!("firstword-cli-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let key_file = dir.join("keys");
+    std::fs::write(&key_file, "# firstword keys\nsk-home-1\n").expect("write");
+    let (child, port, lines, startup) = serve_smollm2(&["--api-key-file", key_file.to_str().expect("path")]);
+    reaper.watch(&child);
+    assert!(!startup.iter().any(|l| l.contains("sk-home-1")), "the key is never logged: {startup:?}");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+        let refused = client.get(url("/v1/models")).send().await.expect("request");
+        assert_eq!(refused.status(), 401);
+        assert_eq!(refused.headers()["www-authenticate"], "Bearer");
+        let body: serde_json::Value = refused.json().await.expect("JSON");
+        assert_eq!(body["error"]["code"], "invalid_api_key", "{body}");
+        let wrong = client.get(url("/v1/models")).bearer_auth("sk-home-2").send().await.expect("request");
+        assert_eq!(wrong.status(), 401);
+        let right = client.get(url("/v1/models")).bearer_auth("sk-home-1").send().await.expect("request");
+        assert_eq!(right.status(), 200);
+        assert_eq!(client.get(url("/health")).send().await.expect("request").status(), 200);
+    });
+    let (status, log) = stop(child, lines, "-TERM");
+    assert!(status.success());
+    assert!(!log.contains("sk-home-1"), "{log}");
+
+    // Beyond loopback without a key: a warning at start.
+    let (child, _, lines, startup) = serve_smollm2(&["--host", "0.0.0.0"]);
+    reaper.watch(&child);
+    assert!(startup.iter().any(|l| l.contains("WARN") && l.contains("without an API key")), "{startup:?}");
+    let _ = stop(child, lines, "-TERM");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -325,6 +325,7 @@ fn spawn_with_timeouts(engine: Engine) -> (String, tokio::sync::oneshot::Sender<
         header_timeout: Duration::from_secs(1),
         body_timeout: Duration::from_secs(1),
         shutdown_grace: Duration::from_secs(2),
+        ..ServeOptions::default()
     };
     let (address_tx, address_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

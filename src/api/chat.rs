@@ -15,6 +15,7 @@ use super::convert::{prepare_job, ChatJob};
 use super::error::ApiError;
 use super::extract::read_json;
 use super::frame::{ResponseMeta, SseFramer};
+use super::request_log::RequestRecord;
 use super::wire::ChatCompletionRequest;
 use super::{unix_now, AppState};
 use crate::engine::Event;
@@ -24,6 +25,7 @@ pub(super) async fn chat_completions(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Result<Response, ApiError> {
+    let record = RequestRecord::of(&request);
     let job = read_chat_job(&state, request).await?;
     let mut events = state.engine.submit(job.request)?;
     // Rejections the engine finds (prompt too long, ...) arrive before `Started`: answer them
@@ -37,9 +39,9 @@ pub(super) async fn chat_completions(
     let meta = ResponseMeta { id, model: job.model, created: unix_now() };
     let shaper = AnswerShaper::new(job.output);
     if job.stream {
-        Ok(stream_response(events, SseFramer::new(meta, shaper, job.include_usage)).into_response())
+        Ok(stream_response(events, SseFramer::new(meta, shaper, job.include_usage), record).into_response())
     } else {
-        complete_response(events, shaper, &meta).await
+        complete_response(events, shaper, &meta, &record).await
     }
 }
 
@@ -63,9 +65,14 @@ async fn complete_response(
     mut events: Box<dyn EventSource>,
     mut shaper: AnswerShaper,
     meta: &ResponseMeta,
+    record: &RequestRecord,
 ) -> Result<Response, ApiError> {
     loop {
-        match events.next().await {
+        let event = events.next().await;
+        if let Some(event) = &event {
+            record.observe(event);
+        }
+        match event {
             Some(Event::Text(text)) => {
                 if shaper.text(text).done {
                     events.finish_now();
@@ -82,19 +89,25 @@ async fn complete_response(
     }
 }
 
-/// Relays `events` through `framer` until it says the stream is done.
+/// Relays `events` through `framer` until it says the stream is done (noting them in `record`
+/// for the request's log line).
 fn stream_response(
     events: Box<dyn EventSource>,
     framer: SseFramer,
+    record: RequestRecord,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let opening = stream::once(std::future::ready(framer.opening()));
-    let relayed = stream::unfold(Some((events, framer)), |state| async move {
-        let (mut events, mut framer) = state?;
-        let frames = framer.push(events.next().await);
+    let relayed = stream::unfold(Some((events, framer, record)), |state| async move {
+        let (mut events, mut framer, record) = state?;
+        let event = events.next().await;
+        if let Some(event) = &event {
+            record.observe(event);
+        }
+        let frames = framer.push(event);
         if frames.finish_now {
             events.finish_now();
         }
-        let next = (!frames.done).then_some((events, framer));
+        let next = (!frames.done).then_some((events, framer, record));
         Some((stream::iter(frames.data), next))
     })
     .flatten();

@@ -94,6 +94,9 @@ pub enum ApiError {
     /// Something in the server itself failed.
     #[error("{0}")]
     Internal(String),
+    /// No API key, or a wrong one, where one is required.
+    #[error("{0}")]
+    Unauthorized(&'static str),
     /// No route has this path.
     #[error("unknown endpoint")]
     NotFound,
@@ -150,6 +153,7 @@ impl ApiError {
             Self::EngineStopped | Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, None),
             // The request was valid; the model's output was not.
             Self::ModelOutput(_) => (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_model_output")),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, Some("invalid_api_key")),
             Self::NotFound => (StatusCode::NOT_FOUND, Some("not_found")),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, None),
         }

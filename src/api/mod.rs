@@ -1,6 +1,7 @@
 //! The OpenAI-compatible HTTP API. Talks to the engine only through [`Engine`]'s handle
 //! (behind a small trait, so the handlers are tested without a model); never to llama.cpp.
 
+mod access;
 mod answer;
 mod backend;
 mod chat;
@@ -11,6 +12,7 @@ mod frame;
 mod limits;
 mod models;
 mod prefill;
+mod request_log;
 mod wire;
 
 #[cfg(test)]
@@ -29,14 +31,12 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+pub use access::{ApiKeys, CorsOrigins};
 pub use convert::warm_prompt;
 pub use error::{ApiError, OutputError, Refusal};
 
 use crate::Engine;
 use backend::Backend;
-
-/// Largest request body accepted (long conversations with big system prompts fit easily).
-const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 /// Request bodies read and validated at the same time; more get 503 at once. Bounds the
 /// memory that concurrent large bodies take before the engine's queue admits them.
@@ -45,8 +45,8 @@ const CONCURRENT_BODIES: usize = 8;
 /// Requests turned into engine jobs at the same time (schema conversion is CPU-bound).
 const CONCURRENT_CONVERSIONS: usize = 2;
 
-/// Connection timeouts of [`serve_with`].
-#[derive(Clone, Copy, Debug)]
+/// Connection timeouts, limits and access of [`serve_with`].
+#[derive(Clone, Debug)]
 pub struct ServeOptions {
     /// A client must send a request's headers within this time, also on an idle keep-alive
     /// connection, or the connection is closed.
@@ -55,6 +55,17 @@ pub struct ServeOptions {
     pub body_timeout: Duration,
     /// After shutdown begins, open responses get this long to end before the server returns.
     pub shutdown_grace: Duration,
+    /// Largest request body accepted (413 with the envelope beyond it).
+    pub max_body_bytes: usize,
+    /// Keys one of which every request but `/health` must present (none: no key needed).
+    pub api_keys: ApiKeys,
+    /// Origins whose browser pages may call the API.
+    pub cors_origins: CorsOrigins,
+}
+
+impl ServeOptions {
+    /// Default largest request body: long conversations with big system prompts fit easily.
+    pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 }
 
 impl Default for ServeOptions {
@@ -63,6 +74,9 @@ impl Default for ServeOptions {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
+            api_keys: ApiKeys::default(),
+            cors_origins: CorsOrigins::None,
         }
     }
 }
@@ -95,7 +109,7 @@ fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
         bodies: Semaphore::new(CONCURRENT_BODIES),
         conversions: Arc::new(Semaphore::new(CONCURRENT_CONVERSIONS)),
     });
-    Router::new()
+    let router = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/chat/completions", post(chat::chat_completions))
         .route("/v1/models", get(models::list_models))
@@ -105,8 +119,15 @@ fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
         .route("/v1/prefill", post(prefill::prefill))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(options.max_body_bytes))
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(options.api_keys.clone(), access::require_key))
+        .layer(axum::middleware::from_fn(request_log::log_requests));
+    // Outermost: a preflight is answered before the key check (browsers send none with it).
+    match options.cors_origins.layer() {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
 }
 
 /// Serves the API on `listener` with the default [`ServeOptions`]; see [`serve_with`].

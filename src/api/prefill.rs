@@ -10,17 +10,24 @@ use axum::Json;
 use super::chat::read_chat_job;
 use super::error::ApiError;
 use super::frame::wire_cache;
+use super::request_log::RequestRecord;
 use super::wire::{PrefillAnswer, PrefillTimings};
 use super::AppState;
-use crate::engine::PrefillReport;
+use crate::engine::{PrefillReport, Usage};
 
 /// The handler: the same body and the same 4xx answers as chat completions.
 pub(super) async fn prefill(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Result<Json<PrefillAnswer>, ApiError> {
+    let record = RequestRecord::of(&request);
     let job = read_chat_job(&state, request).await?;
     let report = state.engine.prefill(job.request)?.await?;
+    record.usage(Usage {
+        prompt_tokens: report.prompt_tokens,
+        cached_tokens: report.cached_tokens,
+        completion_tokens: 0,
+    });
     Ok(Json(answer(job.model, report)))
 }
 

@@ -450,7 +450,7 @@ mod tests {
         let text = String::from_utf8(out).expect("utf8");
         assert_eq!(
             text.lines().next(),
-            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,prefills,cache_save_ms,cache_restore_ms")
+            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,prefills,cache_save_ms,cache_restore_ms,restarted_peak_rss_mb")
         );
         assert!(text.contains("a,1,cold,1,1.0,,,,,,,,,200,,,,"), "{text}");
     }

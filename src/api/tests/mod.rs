@@ -1,7 +1,9 @@
 //! Model-free tests of the API: fixtures shared by the modules' tests, a scripted engine
 //! ([`fake`]) and the router's tests over it ([`router`]).
 
+mod access;
 mod fake;
+mod request_log;
 mod router;
 
 use serde_json::{json, Value};

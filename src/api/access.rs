@@ -1,0 +1,166 @@
+//! Who may call the API: API keys (`Authorization: Bearer`, compared in constant time) on every
+//! route but `/health`, and CORS for browser clients of the origins the user named.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+
+use super::error::ApiError;
+
+/// How long a browser may cache a preflight answer.
+const PREFLIGHT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The keys a request may present; none: every request is let in.
+#[derive(Clone, Default)]
+pub struct ApiKeys(Arc<Vec<Vec<u8>>>);
+
+impl std::fmt::Debug for ApiKeys {
+    /// Never the keys themselves.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKeys").field("count", &self.0.len()).finish()
+    }
+}
+
+impl ApiKeys {
+    /// Accepts requests that present any of `keys` (empty ones are ignored).
+    #[must_use]
+    pub fn new(keys: impl IntoIterator<Item = String>) -> Self {
+        Self(Arc::new(keys.into_iter().filter(|k| !k.is_empty()).map(String::into_bytes).collect()))
+    }
+
+    /// The keys of a key file: one per line; blank lines and lines starting with `#` are skipped.
+    #[must_use]
+    pub fn parse_file(text: &str) -> Vec<String> {
+        text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
+    }
+
+    /// Whether any key is required.
+    #[must_use]
+    pub fn required(&self) -> bool {
+        !self.0.is_empty()
+    }
+
+    /// Whether `presented` is one of the keys. Every key is compared, each in constant time, so
+    /// the time taken tells nothing about how much of a key matched or which one.
+    fn accepts(&self, presented: &[u8]) -> bool {
+        let mut matched = subtle::Choice::from(0);
+        for key in self.0.iter() {
+            matched |= key.as_slice().ct_eq(presented);
+        }
+        matched.into()
+    }
+}
+
+/// The bearer token of a request, if it sent one.
+fn bearer(request: &Request) -> Option<&[u8]> {
+    let value = request.headers().get(header::AUTHORIZATION)?.as_bytes();
+    let scheme = value.get(..7)?;
+    scheme.eq_ignore_ascii_case(b"bearer ").then(|| value[7..].trim_ascii())
+}
+
+/// Lets a request through if it presents a key (or none is required, or it asks `/health`);
+/// otherwise answers 401 with the envelope and `WWW-Authenticate: Bearer`.
+pub(super) async fn require_key(State(keys): State<ApiKeys>, request: Request, next: Next) -> Response {
+    if !keys.required() || request.uri().path() == "/health" {
+        return next.run(request).await;
+    }
+    let error = match bearer(&request) {
+        Some(token) if keys.accepts(token) => return next.run(request).await,
+        Some(_) => ApiError::Unauthorized("incorrect API key provided"),
+        None => ApiError::Unauthorized("missing API key: send it as 'Authorization: Bearer KEY'"),
+    };
+    let mut response = error.into_response();
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// The origins whose browser pages may call the API (CORS); none by default, so browsers
+/// refuse cross-origin calls.
+#[derive(Clone, Debug, Default)]
+pub enum CorsOrigins {
+    /// No cross-origin calls.
+    #[default]
+    None,
+    /// Any origin (`*`, asked for explicitly).
+    Any,
+    /// These origins.
+    List(Vec<HeaderValue>),
+}
+
+impl CorsOrigins {
+    /// The origins of `--cors-origin` flags: `*` for any, else each exactly
+    /// (`http://localhost:3000`; a trailing `/` is dropped).
+    ///
+    /// # Errors
+    /// An origin that cannot be a header value (the message names it).
+    pub fn parse(origins: &[String]) -> Result<Self, String> {
+        if origins.is_empty() {
+            return Ok(Self::None);
+        }
+        if origins.iter().any(|o| o == "*") {
+            return Ok(Self::Any);
+        }
+        let values: Result<Vec<HeaderValue>, String> = origins
+            .iter()
+            .map(|o| HeaderValue::from_str(o.trim_end_matches('/')).map_err(|_| format!("invalid CORS origin {o:?}")))
+            .collect();
+        Ok(Self::List(values?))
+    }
+
+    /// The CORS layer (`tower-http`'s), `None` when no origin is allowed.
+    pub(super) fn layer(&self) -> Option<CorsLayer> {
+        let allow_origin = match self {
+            Self::None => return None,
+            Self::Any => AllowOrigin::any(),
+            Self::List(origins) => AllowOrigin::list(origins.clone()),
+        };
+        Some(
+            CorsLayer::new()
+                .allow_origin(allow_origin)
+                .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+                // The SDKs send headers of their own (openai-node's `x-stainless-*`): any header
+                // a preflight asks for is allowed, for the origins allowed.
+                .allow_headers(AllowHeaders::mirror_request())
+                .max_age(PREFLIGHT_MAX_AGE),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_matched_whole() {
+        let keys = ApiKeys::new(["secret-one".to_string(), String::new(), "two".to_string()]);
+        assert!(keys.required());
+        assert!(keys.accepts(b"secret-one") && keys.accepts(b"two"));
+        assert!(!keys.accepts(b"secret") && !keys.accepts(b"secret-one ") && !keys.accepts(b""));
+        assert!(!ApiKeys::new([String::new()]).required());
+        assert!(!ApiKeys::default().required());
+        assert_eq!(format!("{keys:?}"), "ApiKeys { count: 2 }");
+    }
+
+    #[test]
+    fn a_key_file_has_one_key_per_line() {
+        assert_eq!(ApiKeys::parse_file("# comment\n  key-a  \n\nkey-b\n"), ["key-a", "key-b"]);
+    }
+
+    #[test]
+    fn origins_are_checked() {
+        assert!(CorsOrigins::parse(&[]).expect("none").layer().is_none());
+        assert!(matches!(CorsOrigins::parse(&["*".into(), "http://a".into()]), Ok(CorsOrigins::Any)));
+        let one = CorsOrigins::parse(&["http://localhost:3000/".into()]).expect("one");
+        assert!(matches!(&one, CorsOrigins::List(list) if list == &["http://localhost:3000"]));
+        assert!(one.layer().is_some());
+        assert_eq!(
+            CorsOrigins::parse(&["bad\norigin".into()]).expect_err("bad"),
+            "invalid CORS origin \"bad\\norigin\""
+        );
+    }
+}

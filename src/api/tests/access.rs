@@ -1,0 +1,127 @@
+//! API keys, CORS and the body limit, through the router over a scripted engine.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::response::Response;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use super::fake::FakeEngine;
+use crate::api::backend::Backend;
+use crate::api::{router_with, ApiKeys, CorsOrigins, ServeOptions};
+
+async fn send(options: &ServeOptions, request: Request<Body>) -> Response {
+    let engine: Arc<dyn Backend> = Arc::new(FakeEngine::answering(Vec::new()));
+    router_with(engine, options).oneshot(request).await.expect("infallible")
+}
+
+fn get(path: &str, authorization: Option<&str>) -> Request<Body> {
+    let mut builder = Request::builder().method(Method::GET).uri(path);
+    if let Some(value) = authorization {
+        builder = builder.header(header::AUTHORIZATION, value);
+    }
+    builder.body(Body::empty()).expect("a request")
+}
+
+async fn json_of(response: Response) -> Value {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("the body");
+    serde_json::from_slice(&bytes).expect("JSON")
+}
+
+fn with_key() -> ServeOptions {
+    ServeOptions { api_keys: ApiKeys::new(["sk-local-1".to_string()]), ..ServeOptions::default() }
+}
+
+#[tokio::test]
+async fn a_missing_or_wrong_key_gets_401_with_the_envelope() {
+    let options = with_key();
+    for authorization in [None, Some("Bearer sk-local-2"), Some("Bearer sk-local-1x"), Some("Basic c2stbG9jYWwtMQ==")] {
+        for path in ["/v1/models", "/v1/chat/completions", "/cache", "/models", "/v1/nothing"] {
+            let response = send(&options, get(path, authorization)).await;
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path} {authorization:?}");
+            assert_eq!(response.headers().get(header::WWW_AUTHENTICATE).map(|v| v.as_bytes()), Some(&b"Bearer"[..]));
+            let body = json_of(response).await;
+            assert_eq!(body["error"]["type"], "authentication_error", "{body}");
+            assert_eq!(body["error"]["code"], "invalid_api_key", "{body}");
+            assert!(!body["error"]["message"].as_str().unwrap_or_default().contains("sk-local-1"), "{body}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_right_key_is_let_in_and_health_needs_none() {
+    let options = with_key();
+    for authorization in ["Bearer sk-local-1", "bearer sk-local-1", "Bearer  sk-local-1 "] {
+        let response = send(&options, get("/v1/models", Some(authorization))).await;
+        assert_eq!(response.status(), StatusCode::OK, "{authorization}");
+    }
+    assert_eq!(send(&options, get("/health", None)).await.status(), StatusCode::OK);
+    // No key configured: nothing is asked for.
+    assert_eq!(send(&ServeOptions::default(), get("/v1/models", None)).await.status(), StatusCode::OK);
+}
+
+fn preflight(origin: &str) -> Request<Body> {
+    Request::builder()
+        .method(Method::OPTIONS)
+        .uri("/v1/chat/completions")
+        .header(header::ORIGIN, origin)
+        .header(header::ACCESS_CONTROL_REQUEST_METHOD, "POST")
+        .header(header::ACCESS_CONTROL_REQUEST_HEADERS, "authorization,content-type,x-stainless-os")
+        .body(Body::empty())
+        .expect("a request")
+}
+
+#[tokio::test]
+async fn cors_answers_preflights_for_the_named_origins_only() {
+    let origins = CorsOrigins::parse(&["http://localhost:3000".into()]).expect("origins");
+    let options = ServeOptions { cors_origins: origins, ..with_key() };
+    // A preflight carries no key: it is answered before the key check.
+    let response = send(&options, preflight("http://localhost:3000")).await;
+    assert!(response.status().is_success(), "{}", response.status());
+    let headers = response.headers();
+    assert_eq!(
+        headers.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).map(|v| v.as_bytes()),
+        Some(&b"http://localhost:3000"[..])
+    );
+    let allowed = headers.get(header::ACCESS_CONTROL_ALLOW_HEADERS).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    assert!(allowed.contains("authorization") && allowed.contains("x-stainless-os"), "{allowed}");
+    assert!(headers.get(header::ACCESS_CONTROL_ALLOW_METHODS).is_some());
+
+    let other = send(&options, preflight("http://evil.example")).await;
+    assert!(other.headers().get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none());
+
+    // The actual request still needs its key, and carries the CORS header.
+    let mut request = get("/v1/models", Some("Bearer sk-local-1"));
+    request.headers_mut().insert(header::ORIGIN, "http://localhost:3000".parse().expect("origin"));
+    let response = send(&options, request).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers().get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_some());
+
+    // Off by default: no CORS header at all.
+    let mut request = get("/v1/models", None);
+    request.headers_mut().insert(header::ORIGIN, "http://localhost:3000".parse().expect("origin"));
+    let response = send(&ServeOptions::default(), request).await;
+    assert!(response.headers().get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none());
+
+    let any = ServeOptions { cors_origins: CorsOrigins::Any, ..ServeOptions::default() };
+    let response = send(&any, preflight("http://anything.example")).await;
+    assert_eq!(response.headers().get(header::ACCESS_CONTROL_ALLOW_ORIGIN).map(|v| v.as_bytes()), Some(&b"*"[..]));
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_gets_413_with_the_envelope() {
+    let options = ServeOptions { max_body_bytes: 1024, ..ServeOptions::default() };
+    let body = format!(r#"{{"messages": [{{"role": "user", "content": "{}"}}]}}"#, "a".repeat(2000));
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri("/v1/chat/completions")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .expect("a request");
+    let response = send(&options, request).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body = json_of(response).await;
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+}
