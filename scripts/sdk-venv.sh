@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=target/sdk-venv
-# openai and its dependencies, exactly as pip resolved them when the test was written.
+# openai and its dependencies, exactly as pip resolved them when the test was written, and
+# Prometheus's own parser for tests/metrics.rs (no dependencies).
 pins="annotated-types==0.8.0
 anyio==4.16.0
 h11==0.16.0
@@ -15,6 +16,7 @@ httpx2==2.16.2
 idna==3.20
 jiter==0.19.0
 openai==3.57.0
+prometheus_client==0.26.0
 pydantic==2.14.4
 pydantic_core==2.50.5
 sniffio==1.3.1

@@ -3,7 +3,9 @@
 
 use futures_util::future::BoxFuture;
 
-use crate::engine::{CacheStatus, EngineError, Event, Generation, GenerationRequest, ModelInfo, PrefillReport};
+use crate::engine::{
+    CacheStatus, EngineError, EngineLoad, Event, Generation, GenerationRequest, ModelInfo, PrefillReport,
+};
 use crate::Engine;
 
 /// The engine as the handlers use it.
@@ -35,6 +37,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// What the cache holds.
     fn cache_status(&self) -> CacheStatus;
+
+    /// Requests running and waiting.
+    fn load(&self) -> EngineLoad;
 }
 
 /// A queued prefill's outcome. Dropping it cancels the prefill.
@@ -68,6 +73,10 @@ impl Backend for Engine {
 
     fn cache_status(&self) -> CacheStatus {
         Engine::cache_status(self)
+    }
+
+    fn load(&self) -> EngineLoad {
+        Engine::load(self)
     }
 }
 

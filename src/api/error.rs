@@ -242,10 +242,16 @@ struct Body<'a> {
     code: Option<&'static str>,
 }
 
+/// The `code` of an error answer, attached to its response.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ErrorCode(pub(crate) Option<&'static str>);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let mut response = (status, [(header::CONTENT_TYPE, "application/json")], self.to_json()).into_response();
+        // For the request log and `/metrics`: errors by code.
+        response.extensions_mut().insert(ErrorCode(self.code()));
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         }

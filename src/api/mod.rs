@@ -10,6 +10,7 @@ mod error;
 mod extract;
 mod frame;
 mod limits;
+mod metrics;
 mod models;
 mod prefill;
 mod request_log;
@@ -89,6 +90,8 @@ struct AppState {
     bodies: Semaphore,
     /// Permits to convert a request on a conversion thread ([`CONCURRENT_CONVERSIONS`]).
     conversions: Arc<Semaphore>,
+    /// What `/metrics` exports.
+    metrics: Arc<metrics::Metrics>,
 }
 
 /// Seconds since the Unix epoch, for `created` fields.
@@ -102,12 +105,14 @@ pub fn router(engine: Engine) -> Router {
 }
 
 fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
+    let metrics = Arc::new(metrics::Metrics::new());
     let state = Arc::new(AppState {
         engine,
         started_at: unix_now(),
         body_timeout: options.body_timeout,
         bodies: Semaphore::new(CONCURRENT_BODIES),
         conversions: Arc::new(Semaphore::new(CONCURRENT_CONVERSIONS)),
+        metrics: Arc::clone(&metrics),
     });
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
@@ -116,13 +121,14 @@ fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
         .route("/models", get(models::list_models))
         .route("/health", get(models::health))
         .route("/cache", get(models::cache))
+        .route("/metrics", get(metrics::metrics))
         .route("/v1/prefill", post(prefill::prefill))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(options.max_body_bytes))
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(options.api_keys.clone(), access::require_key))
-        .layer(axum::middleware::from_fn(request_log::log_requests));
+        .layer(axum::middleware::from_fn_with_state(metrics, request_log::log_requests));
     // Outermost: a preflight is answered before the key check (browsers send none with it).
     match options.cors_origins.layer() {
         Some(cors) => router.layer(cors),

@@ -1,6 +1,6 @@
 //! One line per request at `info`: method, path, status, prompt/cached/generated tokens, time to
 //! first token and total time (for a stream, when its last byte left or the client left). Never
-//! the prompt, the reply or a key.
+//! the prompt, the reply or a key. The same figures go to `/metrics` ([`Metrics::request`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -8,14 +8,16 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
 use parking_lot::Mutex;
 
-use crate::engine::{Event, Usage};
+use super::error::ErrorCode;
+use super::metrics::{Metrics, Outcome};
+use crate::engine::{Event, Timings, Usage};
 
 /// What a handler learned about its request, for the log line: shared between the handler
 /// (which fills it from the engine's events) and the response body (which logs it at its end).
@@ -26,6 +28,7 @@ pub(super) struct RequestRecord(Arc<Mutex<Recorded>>);
 struct Recorded {
     usage: Option<Usage>,
     first_token: Option<Instant>,
+    timings: Option<Timings>,
 }
 
 impl RequestRecord {
@@ -41,27 +44,35 @@ impl RequestRecord {
             Event::Text(_) => {
                 recorded.first_token.get_or_insert_with(Instant::now);
             }
-            Event::Finished { usage, .. } => recorded.usage = Some(*usage),
+            Event::Finished { usage, timings, .. } => {
+                recorded.usage = Some(*usage);
+                recorded.timings = Some(*timings);
+            }
             Event::Started { .. } | Event::Failed(_) => {}
         }
     }
 
-    /// Notes the token counts of a request that generates nothing (a prefill).
-    pub(super) fn usage(&self, usage: Usage) {
-        self.0.lock().usage = Some(usage);
+    /// Notes the token counts and timings of a request that generates nothing (a prefill).
+    pub(super) fn prefilled(&self, usage: Usage, timings: Timings) {
+        let mut recorded = self.0.lock();
+        recorded.usage = Some(usage);
+        recorded.timings = Some(timings);
     }
 }
 
-/// The middleware: attaches a [`RequestRecord`], and logs the request when its response body
-/// is done.
-pub(super) async fn log_requests(mut request: Request, next: Next) -> Response {
+/// The middleware: attaches a [`RequestRecord`], and logs and counts the request when its
+/// response body is done.
+pub(super) async fn log_requests(State(metrics): State<Arc<Metrics>>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let record = RequestRecord::default();
     request.extensions_mut().insert(record.clone());
     let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    // The route's pattern, not the path a client made up: a bounded set of metric labels.
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_string();
     let response = next.run(request).await;
     let (parts, body) = response.into_parts();
-    let line = LogLine { method, path, status: parts.status, started, record };
+    let code = parts.extensions.get::<ErrorCode>().and_then(|code| code.0);
+    let line = LogLine { method, path, route, status: parts.status, code, started, record, metrics };
     Response::from_parts(parts, Body::new(LoggedBody { inner: body, line: Some(line) }))
 }
 
@@ -69,9 +80,12 @@ pub(super) async fn log_requests(mut request: Request, next: Next) -> Response {
 struct LogLine {
     method: Method,
     path: String,
+    route: String,
     status: StatusCode,
+    code: Option<&'static str>,
     started: Instant,
     record: RequestRecord,
+    metrics: Arc<Metrics>,
 }
 
 impl LogLine {
@@ -81,6 +95,9 @@ impl LogLine {
         let ms = |instant: Instant| instant.duration_since(self.started).as_secs_f64() * 1000.0;
         let total_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         let usage = recorded.usage;
+        let ttft = recorded.first_token.map(|t| t.duration_since(self.started));
+        let outcome = Outcome { usage, ttft, timings: recorded.timings };
+        self.metrics.request(&self.route, self.status.as_u16(), self.code, &outcome);
         tracing::info!(
             target: "firstword::request",
             status = self.status.as_u16(),

@@ -363,6 +363,14 @@ impl Engine {
         Ok(())
     }
 
+    /// Requests admitted and not finished: the one being served (with its upkeep after the
+    /// reply) and those queued.
+    #[must_use]
+    pub fn load(&self) -> EngineLoad {
+        let admitted = self.shared.admitted.load(Ordering::Relaxed);
+        EngineLoad { busy: admitted > 0, waiting: admitted.saturating_sub(1) }
+    }
+
     /// What the cache holds: the live sequence and the RAM store's entries, as of the end of
     /// the last request (never waits for a running one).
     #[must_use]
@@ -412,6 +420,15 @@ impl Engine {
             let _ = worker.join();
         }
     }
+}
+
+/// How busy the engine is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineLoad {
+    /// A request (generation or prefill) is being served.
+    pub busy: bool,
+    /// Requests queued behind it.
+    pub waiting: usize,
 }
 
 /// A queued prefill. Dropping it cancels the prefill at its next chunk.

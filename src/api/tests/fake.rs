@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 
 use super::super::backend::{Backend, EventSource, PrefillFuture};
-use crate::engine::{CacheStatus, EngineError, Event, GenerationRequest, ModelInfo, PrefillReport};
+use crate::engine::{CacheStatus, EngineError, EngineLoad, Event, GenerationRequest, ModelInfo, PrefillReport};
 
 /// An engine whose answers are written in advance.
 pub(super) struct FakeEngine {
@@ -81,6 +81,10 @@ impl Backend for FakeEngine {
 
     fn cache_status(&self) -> CacheStatus {
         self.cache.clone()
+    }
+
+    fn load(&self) -> EngineLoad {
+        EngineLoad::default()
     }
 }
 

@@ -1,0 +1,135 @@
+//! `GET /metrics`, scraped after known requests and parsed with Prometheus's own Python parser
+//! (`prometheus_client`, pinned in the tests' venv): the counts equal what the responses said.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::python::{run_with_timeout, sdk_python};
+use common::{long_system_prompt, post, smollm2_path, spawn_server, stream_chunks, test_config};
+use firstword::Engine;
+use serde_json::{json, Value};
+
+/// The samples of a scrape: (name, labels, value).
+fn parse(python: &Path, root: &Path, scrape: &str) -> Vec<(String, Value, f64)> {
+    let file = std::env::temp_dir().join(format!("firstword-metrics-{}.txt", std::process::id()));
+    std::fs::write(&file, scrape).expect("write the scrape");
+    let mut command = Command::new(python);
+    command.arg(root.join("tests/sdk/parse_metrics.py")).arg(&file);
+    let (status, stdout, stderr) = run_with_timeout(command, Duration::from_secs(60));
+    let _ = std::fs::remove_file(&file);
+    assert!(status.is_some_and(|s| s.success()), "the Prometheus parser refused the scrape: {stderr}\n{scrape}");
+    let samples: Vec<Value> = serde_json::from_str(&stdout).expect("JSON samples");
+    samples
+        .into_iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap_or_default().to_string(),
+                s["labels"].clone(),
+                s["value"].as_f64().unwrap_or(f64::NAN),
+            )
+        })
+        .collect()
+}
+
+/// The value of sample `name` whose labels include `labels` (0 if absent).
+fn value(samples: &[(String, Value, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples.iter().filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l[*k] == *v)).map(|(_, _, v)| *v).sum()
+}
+
+fn usage(answer: &Value) -> (f64, f64, f64) {
+    let usage = &answer["usage"];
+    let number = |v: &Value| v.as_f64().expect("a count");
+    (
+        number(&usage["prompt_tokens"]),
+        number(&usage["prompt_tokens_details"]["cached_tokens"]),
+        number(&usage["completion_tokens"]),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_metrics_count_what_the_responses_said() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = sdk_python(root);
+    let server = spawn_server(Engine::start(test_config(smollm2_path())).expect("the model loads"));
+    let base = server.base.clone();
+    let system = long_system_prompt(300);
+    let mut messages = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": "Which facts mention trains?"}),
+    ];
+    let (status, first) = post(&base, &json!({"messages": messages, "max_tokens": 8, "temperature": 0})).await;
+    assert_eq!(status, 200, "{first}");
+    messages.push(first["choices"][0]["message"].clone());
+    messages.push(json!({"role": "user", "content": "And gardens?"}));
+    let body =
+        json!({"messages": messages, "max_tokens": 8, "temperature": 0, "stream_options": {"include_usage": true}});
+    let chunks = stream_chunks(&base, &body).await;
+    let second = chunks.iter().rev().find(|c| c["usage"].is_object()).expect("a usage chunk").clone();
+    let (status, bad) = post(&base, &json!({"messages": "not a list"})).await;
+    assert_eq!(status, 400, "{bad}");
+    let code = bad["error"]["code"].as_str().expect("a code").to_string();
+    let prefill_body =
+        json!({"messages": [{"role": "system", "content": system}, {"role": "user", "content": "Which facts"}]});
+    let prefill: Value = reqwest::Client::new()
+        .post(format!("{base}/v1/prefill"))
+        .json(&prefill_body)
+        .send()
+        .await
+        .expect("prefill")
+        .json()
+        .await
+        .expect("JSON");
+
+    // The engine idle (the upkeep after the last request done), then the last response's line
+    // is counted as its body ends: scrape until it is in.
+    let engine = server.engine.clone();
+    tokio::task::spawn_blocking(move || engine.wait_idle_blocking()).await.expect("idle");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (scrape, samples) = loop {
+        let response = reqwest::get(format!("{base}/metrics")).await.expect("GET /metrics");
+        assert_eq!(response.status(), 200);
+        let content_type = response.headers()["content-type"].to_str().expect("ASCII").to_string();
+        assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+        let scrape = response.text().await.expect("text");
+        let samples = parse(&python, root, &scrape);
+        if value(&samples, "firstword_requests_total", &[("route", "/v1/prefill")]) >= 1.0 || Instant::now() > deadline
+        {
+            break (scrape, samples);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let get = |name: &str, labels: &[(&str, &str)]| value(&samples, name, labels);
+    let chat = "/v1/chat/completions";
+    assert_eq!(get("firstword_requests_total", &[("route", chat), ("status", "200")]), 2.0, "{scrape}");
+    assert_eq!(get("firstword_requests_total", &[("route", chat), ("status", "400")]), 1.0, "{scrape}");
+    assert_eq!(get("firstword_requests_total", &[("route", "/v1/prefill"), ("status", "200")]), 1.0, "{scrape}");
+    assert_eq!(get("firstword_errors_total", &[("code", &code)]), 1.0, "{scrape}");
+    assert_eq!(get("firstword_ttft_seconds_count", &[]), 2.0, "two requests generated: {scrape}");
+
+    let (p1, c1, g1) = usage(&first);
+    let (p2, c2, g2) = usage(&second);
+    let (p3, c3) =
+        (prefill["prompt_tokens"].as_f64().expect("count"), prefill["cached_tokens"].as_f64().expect("count"));
+    assert_eq!(get("firstword_generated_tokens_total", &[]), g1 + g2, "{scrape}");
+    assert_eq!(get("firstword_prompt_tokens_reused_total", &[]), c1 + c2 + c3, "{scrape}");
+    assert_eq!(get("firstword_prompt_tokens_reused_total", &[("source", "live")]), c1 + c2 + c3, "{scrape}");
+    assert_eq!(get("firstword_prompt_tokens_evaluated_total", &[]), (p1 - c1) + (p2 - c2) + (p3 - c3), "{scrape}");
+    assert!(c2 > 300.0, "turn 2 was cached: {second}");
+    assert!(get("firstword_generation_seconds_total", &[]) > 0.0, "{scrape}");
+
+    let cache: Value = reqwest::get(format!("{base}/cache")).await.expect("GET /cache").json().await.expect("JSON");
+    assert_eq!(get("firstword_live_tokens", &[]), cache["live_tokens"].as_f64().expect("count"), "{scrape}");
+    assert_eq!(
+        get("firstword_cache_entries", &[("store", "ram")]),
+        cache["entries"].as_array().map_or(0, Vec::len) as f64
+    );
+    assert_eq!(
+        get("firstword_cache_budget_bytes", &[("store", "ram")]),
+        cache["budget_bytes"].as_f64().expect("bytes")
+    );
+    assert_eq!(get("firstword_engine_busy", &[]), 0.0, "idle between requests: {scrape}");
+    assert_eq!(get("firstword_queue_depth", &[]), 0.0, "{scrape}");
+}
