@@ -1,5 +1,5 @@
-//! The `firstword` binary: version, load failures, `--warm`, graceful shutdown on SIGTERM, and
-//! the disk cache across restarts (SIGTERM and SIGKILL).
+//! The `firstword` binary: version, load failures, `--warm`, graceful shutdown on SIGTERM, the
+//! disk cache across restarts (SIGTERM and SIGKILL), API keys, and the systemd unit's flags.
 
 mod common;
 
@@ -321,4 +321,28 @@ fn an_api_key_guards_every_route_but_health_and_an_open_bind_without_one_warns()
     assert!(startup.iter().any(|l| l.contains("WARN") && l.contains("without an API key")), "{startup:?}");
     let _ = stop(child, lines, "-TERM");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_systemd_unit_uses_only_flags_and_variables_the_binary_has() {
+    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/firstword.service")).expect("unit");
+    let help = Command::new(BIN).args(["serve", "--help"]).output().expect("runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let exec = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("ExecStart");
+    let mut words = exec.split_whitespace();
+    assert!(words.next().is_some_and(|program| program.ends_with("/firstword")), "{exec}");
+    assert_eq!(words.next(), Some("serve"), "{exec}");
+    let flags: Vec<&str> = words.filter(|w| w.starts_with("--")).collect();
+    assert!(!flags.is_empty());
+    for flag in flags {
+        assert!(help.contains(&format!("{flag} ")), "{flag} is not a flag of `firstword serve`");
+    }
+    for line in unit.lines().filter_map(|l| l.strip_prefix("Environment=")) {
+        let name = line.split('=').next().expect("a name");
+        assert!(help.contains(&format!("[env: {name}")), "{name} is not a variable of `firstword serve`");
+    }
+    // The service keeps its cache, is restarted on failure, and cannot gain privileges.
+    for setting in ["CacheDirectory=firstword", "Restart=on-failure", "NoNewPrivileges=yes", "DynamicUser=yes"] {
+        assert!(unit.lines().any(|l| l == setting), "{setting} missing");
+    }
 }
