@@ -99,6 +99,10 @@ fn a_restarted_engine_serves_the_conversation_from_disk_as_one_that_never_stoppe
     let engine = Engine::start(config.clone()).expect("model loads");
     let first = greedy(&engine, chat(&turn1), 12);
     assert_eq!(first.timings.cache.reason, Some(CacheMiss::Cold));
+    // The restart comes while the user listens, after the reply's upkeep (the next turn's
+    // opening evaluated, as the engine that never stops has it); a shutdown during the upkeep
+    // writes the state without it, a split of its own.
+    engine.wait_idle_blocking();
     drop(engine);
     assert_eq!(dir.cache_files().len(), 1, "the conversation was written: {:?}", dir.cache_files());
     // The files hold the conversation's tokens: for the user alone.
