@@ -8,22 +8,8 @@ mod common;
 
 use std::path::Path;
 
-use common::{gemma3_path, generate, long_system_prompt, model_path, settled_cache, test_config, Generated};
-use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams};
-
-fn greedy(engine: &Engine, prompt: Prompt, max_tokens: u32) -> Generated {
-    let request = GenerationRequest {
-        prompt,
-        max_tokens: Some(max_tokens),
-        sampling: SamplingParams::greedy(),
-        ..GenerationRequest::chat(Vec::new())
-    };
-    generate(engine, request)
-}
-
-fn chat(messages: &[ChatMessage]) -> Prompt {
-    Prompt::Chat { messages: messages.to_vec(), tools: Vec::new() }
-}
+use common::{chat, gemma3_path, greedy, long_system_prompt, model_path, settled_cache, test_config, Generated};
+use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, Prompt};
 
 /// Settings that save prompts of 32 tokens or more.
 fn config(model: &Path) -> EngineConfig {

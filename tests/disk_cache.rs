@@ -7,8 +7,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{generate, long_system_prompt, model_path, smollm2_path, test_config, Generated};
-use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams};
+use common::{chat, greedy, long_system_prompt, model_path, smollm2_path, test_config, Generated};
+use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, Prompt};
 
 /// A directory of its own for one test, removed at the end.
 struct TempDir(PathBuf);
@@ -52,20 +52,6 @@ impl Drop for TempDir {
 /// Settings writing sequences of 32 tokens or more to `dir`.
 fn config(model: PathBuf, dir: &TempDir) -> EngineConfig {
     EngineConfig { cache_dir: Some(dir.0.clone()), cache_min_tokens: 32, ..test_config(model) }
-}
-
-fn greedy(engine: &Engine, prompt: Prompt, max_tokens: u32) -> Generated {
-    let request = GenerationRequest {
-        prompt,
-        max_tokens: Some(max_tokens),
-        sampling: SamplingParams::greedy(),
-        ..GenerationRequest::chat(Vec::new())
-    };
-    generate(engine, request)
-}
-
-fn chat(messages: &[ChatMessage]) -> Prompt {
-    Prompt::Chat { messages: messages.to_vec(), tools: Vec::new() }
 }
 
 /// Turn 1 of a conversation with a long system prompt, and turn 2 built on turn 1's reply.

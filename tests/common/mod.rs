@@ -210,6 +210,22 @@ pub(crate) fn generate(engine: &Engine, request: GenerationRequest) -> Generated
     panic!("no Finished event");
 }
 
+/// Greedy generation of up to `max_tokens` for `prompt` (blocking).
+pub(crate) fn greedy(engine: &Engine, prompt: Prompt, max_tokens: u32) -> Generated {
+    let request = GenerationRequest {
+        prompt,
+        max_tokens: Some(max_tokens),
+        sampling: firstword::SamplingParams::greedy(),
+        ..GenerationRequest::chat(Vec::new())
+    };
+    generate(engine, request)
+}
+
+/// A chat prompt of `messages`, without tools.
+pub(crate) fn chat(messages: &[firstword::ChatMessage]) -> Prompt {
+    Prompt::Chat { messages: messages.to_vec(), tools: Vec::new() }
+}
+
 /// Starts a dedicated server over `engine` on 127.0.0.1:0 (for tests needing special settings).
 pub(crate) fn spawn_server(engine: Engine) -> TestServer {
     let (tx, rx) = std::sync::mpsc::channel();

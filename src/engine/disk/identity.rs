@@ -171,31 +171,37 @@ impl Fingerprint {
     }
 }
 
+/// A fingerprint for unit tests (no model file behind it).
+#[cfg(test)]
+pub(crate) fn test_fingerprint() -> Fingerprint {
+    Fingerprint {
+        model: ModelIdentity {
+            architecture: "llama".into(),
+            file_size: 10,
+            modified_ns: 5,
+            head_tail_hash: "ab".into(),
+        },
+        draft_model: None,
+        llama_cpp: "b1".into(),
+        context: ContextShape {
+            n_ctx: 4096,
+            kv_types: "f16/f16".into(),
+            swa_full: true,
+            flash_attention: "auto".into(),
+            n_seq_max: 1,
+            n_rs_seq: 0,
+            drafter: "none".into(),
+        },
+        template_hash: Fingerprint::template_hash("{{ messages }}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn fingerprint() -> Fingerprint {
-        Fingerprint {
-            model: ModelIdentity {
-                architecture: "llama".into(),
-                file_size: 10,
-                modified_ns: 5,
-                head_tail_hash: "ab".into(),
-            },
-            draft_model: None,
-            llama_cpp: "b1".into(),
-            context: ContextShape {
-                n_ctx: 4096,
-                kv_types: "f16/f16".into(),
-                swa_full: true,
-                flash_attention: "auto".into(),
-                n_seq_max: 1,
-                n_rs_seq: 0,
-                drafter: "none".into(),
-            },
-            template_hash: Fingerprint::template_hash("{{ messages }}"),
-        }
+        test_fingerprint()
     }
 
     #[test]

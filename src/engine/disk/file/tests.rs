@@ -1,27 +1,8 @@
 use super::*;
-use crate::engine::disk::identity::{ContextShape, ModelIdentity};
+use crate::engine::disk::identity::test_fingerprint;
 
 fn fingerprint() -> Fingerprint {
-    Fingerprint {
-        model: ModelIdentity {
-            architecture: "llama".into(),
-            file_size: 1,
-            modified_ns: 2,
-            head_tail_hash: "00".into(),
-        },
-        draft_model: None,
-        llama_cpp: "test".into(),
-        context: ContextShape {
-            n_ctx: 512,
-            kv_types: "f16/f16".into(),
-            swa_full: true,
-            flash_attention: "auto".into(),
-            n_seq_max: 1,
-            n_rs_seq: 0,
-            drafter: "none".into(),
-        },
-        template_hash: Fingerprint::template_hash("t"),
-    }
+    test_fingerprint()
 }
 
 fn header() -> Header {
@@ -108,7 +89,7 @@ fn damaged_files_are_refused_with_the_reason() {
     let mut other = fingerprint();
     other.context.n_ctx = 1024;
     let refusal = read_header(&path, &other).expect_err("other parameters");
-    assert_eq!(refusal.to_string(), "written with other context parameters (context size 512, now 1024)");
+    assert_eq!(refusal.to_string(), "written with other context parameters (context size 4096, now 1024)");
 }
 
 #[test]
