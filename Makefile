@@ -27,11 +27,12 @@ serve: default-model build
 # Tests run in the release profile: llama.cpp is then compiled once for both build and tests.
 # tests/openai_sdk.rs drives the server with the pinned openai Python SDK (target/sdk-venv).
 # scripts/fixtures.sh generates the tiny test models (models/tiny-*.gguf: MTP, Tekken pre-tokenizer,
-# LFM2, Mamba, Gemma 2) with SmolLM2's tokenizer.
+# LFM2, Mamba, Gemma 2) with SmolLM2's tokenizer. The `failpoints` feature builds the failure
+# injection points that tests/faults.rs uses (no-ops unless a test sets one).
 test: models
 	bash scripts/sdk-venv.sh
 	bash scripts/fixtures.sh
-	cargo test --release
+	cargo test --release --features failpoints
 
 # Cold/warm TTFT, decode speed and peak RSS of firstword (and llama-server with LLAMA_SERVER=path).
 bench: default-model build

@@ -15,6 +15,9 @@ use cli::{BenchArgs, Cli, Command, ServeArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Built for the fault tests only: failures injected from `FAILPOINTS`.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     // llama.cpp's own log is routed into tracing under `llama-cpp-2`; quiet unless asked for.
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,llama-cpp-2=warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
@@ -49,7 +52,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let config = EngineConfig { warm: args.warm_prompts()?, ..args.engine_config() };
     // Listen first, so /health answers 503 while the model loads (and warms).
     let engine = Engine::spawn(config);
-    let served = firstword::api::serve_with(listener, engine.clone(), options, shutdown_signal(engine.clone()));
+    let served = firstword::api::serve_with(listener, engine.clone(), options, stop_serving(engine.clone()));
     let mut server = tokio::spawn(served);
     let info = tokio::select! {
         info = engine.wait_ready() => info.map_err(|e| anyhow::anyhow!(cli::in_flag_terms(&e)))?,
@@ -68,13 +71,26 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         info.threads_batch,
         LLAMA_CPP_BUILD,
     );
-    // The server ends after a shutdown signal, once open responses have closed.
+    // The server ends after a shutdown signal, once open responses have closed, or when the
+    // engine cannot serve any more: then exit non-zero, so that systemd restarts the server.
     server.await??;
+    if let Err(e @ firstword::EngineError::EngineDied(_)) = engine.model_info() {
+        return Err(anyhow::anyhow!("{e}; exiting so that a supervisor restarts firstword"));
+    }
     // Let llama.cpp finish its last step before the process exits.
     engine.shutdown();
     tokio::task::spawn_blocking(move || engine.wait_stopped()).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Resolves when the server should stop: on a shutdown signal, or once the inference thread
+/// has died (`/health` answers 503 while open responses end).
+async fn stop_serving(engine: Engine) {
+    tokio::select! {
+        () = shutdown_signal(engine.clone()) => {},
+        died = engine.wait_died() => tracing::error!("stopping the server: {died}"),
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM, after telling the engine to end running generations.

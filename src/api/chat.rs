@@ -26,6 +26,7 @@ pub(super) async fn chat_completions(
     request: Request,
 ) -> Result<Response, ApiError> {
     let record = RequestRecord::of(&request);
+    fail::fail_point!("api::chat");
     let job = read_chat_job(&state, request).await?;
     let mut events = state.engine.submit(job.request)?;
     // Rejections the engine finds (prompt too long, ...) arrive before `Started`: answer them

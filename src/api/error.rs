@@ -150,7 +150,7 @@ impl ApiError {
             Self::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, Some("queue_full")),
             Self::PrepareTimeout(_) => (StatusCode::BAD_REQUEST, Some("schema_too_complex")),
             Self::Engine(error) => engine_status_and_code(error),
-            Self::EngineStopped | Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, None),
+            Self::EngineStopped | Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, Some("internal_error")),
             // The request was valid; the model's output was not.
             Self::ModelOutput(_) => (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_model_output")),
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, Some("invalid_api_key")),
@@ -223,6 +223,8 @@ fn engine_status_and_code(error: &EngineError) -> (StatusCode, Option<&'static s
         EngineError::Loading => (StatusCode::SERVICE_UNAVAILABLE, "model_loading"),
         EngineError::QueueFull { .. } => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
         EngineError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+        EngineError::EngineDied(_) => (StatusCode::SERVICE_UNAVAILABLE, "engine_unavailable"),
+        EngineError::Decode(_) => (StatusCode::INTERNAL_SERVER_ERROR, "decode_failed"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
     };
     (status, Some(code))

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -31,6 +32,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower_http::catch_panic::CatchPanicLayer;
 
 pub use access::{ApiKeys, CorsOrigins};
 pub use convert::warm_prompt;
@@ -127,6 +129,12 @@ fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(options.max_body_bytes))
         .with_state(state)
+        // A handler that panics (a bug) answers 500 with the envelope; the server goes on.
+        .layer(CatchPanicLayer::custom(|panic: Box<dyn std::any::Any + Send>| {
+            let message = crate::engine::panic_message(&*panic);
+            tracing::error!("a request handler panicked: {message}");
+            ApiError::Internal(message).into_response()
+        }))
         .layer(axum::middleware::from_fn_with_state(options.api_keys.clone(), access::require_key))
         .layer(axum::middleware::from_fn_with_state(metrics, request_log::log_requests));
     // Outermost: a preflight is answered before the key check (browsers send none with it).

@@ -394,6 +394,7 @@ impl<'m> Decoder<'m> {
     /// Evaluates `tokens` at positions `start..` in the target; an MTP drafter sees the batch
     /// too (see [`BatchKind::PromptEnd`] for when). The caller clears the cache on failure.
     pub(crate) fn decode(&mut self, tokens: &[LlamaToken], start: usize, kind: BatchKind) -> Result<(), EngineError> {
+        fail::fail_point!("engine::decode", |_| Err(EngineError::Decode("failure injected at engine::decode".into())));
         let mut batch = build_batch(tokens, start, kind.logits())?;
         if let Self::Mtp(mtp) = self {
             mtp.flush();

@@ -112,6 +112,14 @@ pub enum EngineError {
     /// llama.cpp failed to evaluate a batch.
     #[error("llama.cpp decode failed: {0}")]
     Decode(String),
+    /// The inference thread panicked while serving this request (a bug): the request was
+    /// abandoned, the cache cleared, and the thread serves the next request.
+    #[error("internal error while serving this request ({0}); the cache was cleared and the server goes on")]
+    Internal(String),
+    /// The inference thread stopped after a failure it could not recover from: nothing more
+    /// can be served (the `firstword` binary exits non-zero so a supervisor restarts it).
+    #[error("the inference thread stopped after a failure it could not recover from: {0}")]
+    EngineDied(String),
 }
 
 /// Why speculative decoding cannot run as configured. Messages name the offending

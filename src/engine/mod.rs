@@ -40,6 +40,7 @@ pub use request::{
 };
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};
+pub(crate) use worker::panic_message;
 
 /// Stack reserved for every thread that tokenizes: some pre-tokenizers fall back to
 /// `std::regex`, which recurses once per character of a match (10,000 spaces overflow a 2 MiB
@@ -94,6 +95,8 @@ enum LoadState {
     Loading,
     Ready(Arc<Loaded>),
     Failed(EngineError),
+    /// The inference thread stopped after serving began, for this reason.
+    Died(String),
 }
 
 /// What the inference thread is asked to do, in queue order.
@@ -205,6 +208,7 @@ impl Engine {
             worker: Mutex::new(None),
         });
         let reporter = Arc::downgrade(&shared);
+        let died_reporter = Arc::downgrade(&shared);
         let signals = Arc::clone(&shared.signals);
         let worker = std::thread::Builder::new()
             .name("firstword-inference".into())
@@ -220,7 +224,18 @@ impl Engine {
                         shared.state_notify.notify_waiters();
                     }
                 };
-                worker::run(&config, report, &command_rx, &signals);
+                // A panic the worker could not recover from (or one outside any request) ends
+                // the thread; the handles then answer `EngineDied`.
+                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    worker::run(&config, report, &command_rx, &signals)
+                }));
+                let died = served.unwrap_or_else(|panic| Err(worker::panic_message(&*panic)));
+                if let (Err(reason), Some(shared)) = (died, died_reporter.upgrade()) {
+                    tracing::error!("the inference thread stopped: {reason}");
+                    *shared.state.lock() = LoadState::Died(reason);
+                    shared.state_changed.notify_all();
+                    shared.state_notify.notify_waiters();
+                }
             })
             .expect("spawn the inference thread");
         *shared.worker.lock() = Some(worker);
@@ -248,6 +263,7 @@ impl Engine {
                 LoadState::Loading => self.shared.state_changed.wait(&mut state),
                 LoadState::Ready(loaded) => return Ok(loaded.info.clone()),
                 LoadState::Failed(e) => return Err(e.clone()),
+                LoadState::Died(reason) => return Err(EngineError::EngineDied(reason.clone())),
             }
         }
     }
@@ -263,7 +279,23 @@ impl Engine {
             match &*self.shared.state.lock() {
                 LoadState::Ready(loaded) => return Ok(loaded.info.clone()),
                 LoadState::Failed(e) => return Err(e.clone()),
+                LoadState::Died(reason) => return Err(EngineError::EngineDied(reason.clone())),
                 LoadState::Loading => {}
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until the inference thread has stopped after a failure it could not recover
+    /// from; returns that [`EngineError::EngineDied`]. Never resolves for an engine that
+    /// serves until it is shut down (a failed load is [`Engine::wait_ready`]'s answer). A
+    /// supervisor (the `firstword` binary) exits non-zero then, so that systemd or a
+    /// container runtime restarts it.
+    pub async fn wait_died(&self) -> EngineError {
+        loop {
+            let notified = self.shared.state_notify.notified();
+            if let LoadState::Died(reason) = &*self.shared.state.lock() {
+                return EngineError::EngineDied(reason.clone());
             }
             notified.await;
         }
@@ -282,6 +314,7 @@ impl Engine {
             LoadState::Loading => Err(EngineError::Loading),
             LoadState::Ready(loaded) => Ok(Arc::clone(loaded)),
             LoadState::Failed(e) => Err(EngineError::LoadFailed(e.to_string())),
+            LoadState::Died(reason) => Err(EngineError::EngineDied(reason.clone())),
         }
     }
 

@@ -126,6 +126,7 @@ impl<'j> Reply<'j> {
             if self.finish_requested.load(Ordering::Relaxed) {
                 break FinishReason::Stop;
             }
+            fail::fail_point!("engine::token");
             let token = picker.pick(sequence.target(), logits_index)?;
             if vocab.is_eog(token) {
                 break FinishReason::Stop;

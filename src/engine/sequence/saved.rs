@@ -41,6 +41,19 @@ impl<'m> LiveSequence<'m> {
         self.checkpoint_every = checkpoint_every;
     }
 
+    /// Forgets every state this process holds: the live sequence (the drafter's included), the
+    /// RAM store's entries and the states waiting to be written to disk. After a fault, none
+    /// is known to be whole.
+    pub(crate) fn forget_all(&mut self) {
+        self.clear();
+        let whole_only = self.whole_only();
+        if let Some(store) = &mut self.store {
+            *store = StateStore::new(store.budget(), whole_only);
+        }
+        self.unpersisted.clear();
+        self.origin = CacheSource::Live;
+    }
+
     /// Whether a restored state can only be continued from its end: the cache cannot be cut
     /// after a restore (recurrent state), or the restored sliding window holds only the last
     /// `n_swa` positions (measured on gemma-3 with the full SWA cache too).

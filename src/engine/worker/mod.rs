@@ -27,7 +27,10 @@ use super::{
 };
 use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart};
 
+mod faults;
 mod prefill;
+
+pub(crate) use faults::panic_message;
 
 /// Longest run of characters of one kind a text prompt may hold (see [`longest_run`]). With
 /// the inference thread's reserved stack, llama.cpp's `std::regex` pre-tokenizers were measured
@@ -70,30 +73,31 @@ pub(crate) fn render_prompt(chat: &ChatFormat, prompt: &Prompt) -> Result<(Promp
     })
 }
 
-/// Body of the inference thread.
+/// Body of the inference thread. Returns when the engine shuts down, or with why it cannot go
+/// on (see [`faults`]); a failed load is reported through `report`.
 pub(super) fn run(
     config: &EngineConfig,
     report: impl FnOnce(Result<(ModelInfo, Arc<ChatFormat>), EngineError>),
     commands: &Receiver<Command>,
     signals: &Signals,
-) {
-    let cache_ram_mib = match check_cache_budget(config.cache_ram_mib) {
-        Ok(mib) => mib,
-        Err(e) => return report(Err(e)),
-    };
-    let models = match Models::load(config) {
-        Ok(models) => models,
-        Err(e) => return report(Err(e)),
-    };
-    let session = Session::new(&models, config, cache_ram_mib, signals);
-    let mut session = match session {
-        Ok((mut session, info)) => {
-            session.warm(&config.warm);
-            report(Ok((info, Arc::clone(&session.chat))));
-            session
+) -> Result<(), String> {
+    let loaded = check_cache_budget(config.cache_ram_mib).and_then(|mib| Ok((mib, Models::load(config)?)));
+    let (cache_ram_mib, models) = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            report(Err(e));
+            return Ok(());
         }
-        Err(e) => return report(Err(e)),
     };
+    let (mut session, info) = match Session::new(&models, config, cache_ram_mib, signals) {
+        Ok(started) => started,
+        Err(e) => {
+            report(Err(e));
+            return Ok(());
+        }
+    };
+    session.warm(&config.warm);
+    report(Ok((info, Arc::clone(&session.chat))));
     loop {
         if signals.shutting_down.load(Ordering::Relaxed) {
             // New submissions are refused by now: fail what is still queued, then stop.
@@ -105,28 +109,13 @@ pub(super) fn run(
             break;
         }
         match commands.recv_timeout(Duration::from_millis(100)) {
-            Ok(Command::Generate(job)) => {
-                signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
-                // The client left while the request was queued: drop it without running.
-                if !job.events.is_closed() {
-                    session.serve(*job);
-                }
-            }
-            Ok(Command::Prefill(job, _)) if job.events.is_closed() => {}
-            Ok(Command::Prefill(job, number)) => session.serve_prefill(*job, number),
-            Ok(Command::Tokenize { prompt, reply }) => {
-                let tokens = session.tokenize(prompt).map(|tokens| tokens.into_iter().map(|t| t.0).collect());
-                let _ = reply.send(tokens);
-            }
-            Ok(Command::Idle(reply)) => {
-                session.sequence.wait_for_disk(SHUTDOWN_WRITE_LIMIT);
-                let _ = reply.send(());
-            }
+            Ok(command) => session.handle_isolated(command)?,
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
     session.sequence.persist_before_exit(SHUTDOWN_WRITE_LIMIT);
+    Ok(())
 }
 
 /// The model, its live sequence, and what carries over from one request to the next.
@@ -235,6 +224,29 @@ impl<'m> Session<'m> {
         };
         session.publish_cache_status();
         Ok((session, info))
+    }
+
+    /// Does what one command asks.
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Generate(job) => {
+                self.signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
+                // The client left while the request was queued: drop it without running.
+                if !job.events.is_closed() {
+                    self.serve(*job);
+                }
+            }
+            Command::Prefill(job, _) if job.events.is_closed() => {}
+            Command::Prefill(job, number) => self.serve_prefill(*job, number),
+            Command::Tokenize { prompt, reply } => {
+                let tokens = self.tokenize(prompt).map(|tokens| tokens.into_iter().map(|t| t.0).collect());
+                let _ = reply.send(tokens);
+            }
+            Command::Idle(reply) => {
+                self.sequence.wait_for_disk(SHUTDOWN_WRITE_LIMIT);
+                let _ = reply.send(());
+            }
+        }
     }
 
     fn tokenize(&self, prompt: PromptInput) -> Result<Vec<LlamaToken>, EngineError> {

@@ -1,0 +1,196 @@
+//! Fault isolation, with failures injected into a real server over SmolLM2 (the `failpoints`
+//! feature, which `make test` enables): a panic on the inference thread in the middle of a
+//! reply, a llama.cpp decode failure, a panic in a request handler, and a panic the engine
+//! cannot recover from. Each failing request gets its error envelope; after the recoverable
+//! ones the server keeps serving, and the cache, cleared, serves the same greedy answers as
+//! before; after the unrecoverable one `/health` answers 503 and the binary exits non-zero.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{chunks, post, post_stream, smollm2_path, spawn_server, test_config, SseData, TestServer};
+use fail::FailScenario;
+use firstword::Engine;
+use serde_json::{json, Value};
+
+fn server() -> TestServer {
+    spawn_server(Engine::start(test_config(smollm2_path())).expect("SmolLM2 loads"))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Runtime::new().expect("runtime")
+}
+
+/// A greedy request on a shared system prompt; `question` makes the turns differ.
+fn request(question: &str) -> Value {
+    json!({
+        "messages": [
+            {"role": "system", "content": common::long_system_prompt(300)},
+            {"role": "user", "content": question},
+        ],
+        "max_tokens": 12,
+        "temperature": 0,
+    })
+}
+
+async fn health(base: &str) -> u16 {
+    reqwest::get(format!("{base}/health")).await.expect("GET /health").status().as_u16()
+}
+
+async fn live_tokens(server: &TestServer) -> u64 {
+    let engine = server.engine.clone();
+    tokio::task::spawn_blocking(move || engine.wait_idle_blocking()).await.expect("idle");
+    let cache: Value =
+        reqwest::get(format!("{}/cache", server.base)).await.expect("GET /cache").json().await.expect("JSON");
+    cache["live_tokens"].as_u64().expect("live_tokens")
+}
+
+/// The answer's text and its `usage.prompt_tokens_details.cached_tokens`.
+async fn answer(base: &str, body: &Value) -> (String, u64) {
+    let (status, reply) = post(base, body).await;
+    assert_eq!(status, 200, "{reply}");
+    let text = reply["choices"][0]["message"]["content"].as_str().expect("content").to_string();
+    (text, reply["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().expect("cached_tokens"))
+}
+
+fn assert_envelope(body: &Value, kind: &str, code: &str) {
+    assert_eq!(body["error"]["type"], kind, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+}
+
+#[test]
+fn a_panic_in_the_middle_of_a_reply_fails_that_request_and_the_next_is_served() {
+    let scenario = FailScenario::setup();
+    let server = server();
+    runtime().block_on(async {
+        let turn = request("Which facts mention trains?");
+        let (before, _) = answer(&server.base, &turn).await;
+
+        // A stream that has begun: the panic comes after three tokens, as an SSE error event.
+        fail::cfg("engine::token", "3*off->1*panic->off").expect("failpoint");
+        let mut streamed = request("Which facts mention gardens?");
+        streamed["stream"] = json!(true);
+        let (status, events) = post_stream(&server.base, &streamed).await;
+        assert_eq!(status, 200, "the stream had begun");
+        let payloads = chunks(&events);
+        let error = payloads.last().expect("an error event");
+        assert_envelope(error, "server_error", "internal_error");
+        assert!(payloads[..payloads.len() - 1].iter().all(|chunk| chunk["choices"].is_array()), "{events:?}");
+        assert!(payloads.len() > 1, "text came before the failure: {events:?}");
+        assert_eq!(events.last(), Some(&SseData::Done), "the stream is closed as every stream is");
+        assert_eq!(health(&server.base).await, 200);
+        assert_eq!(live_tokens(&server).await, 0, "the cache was cleared");
+
+        // Not streamed: the 500 envelope, the only legitimate 500.
+        fail::cfg("engine::token", "1*panic->off").expect("failpoint");
+        let (status, body) = post(&server.base, &request("Which facts mention rivers?")).await;
+        assert_eq!(status, 500, "{body}");
+        assert_envelope(&body, "server_error", "internal_error");
+
+        // Served again, from an empty cache, with the answer of before; then from the cache.
+        let (cold, cached) = answer(&server.base, &turn).await;
+        assert_eq!(cached, 0, "nothing survived the fault");
+        assert_eq!(cold, before);
+        let (warm, cached) = answer(&server.base, &turn).await;
+        assert!(cached > 250, "the cache serves again: {cached}");
+        assert_eq!(warm, before);
+    });
+    scenario.teardown();
+}
+
+#[test]
+fn a_decode_failure_fails_the_request_clears_the_cache_and_the_next_is_served() {
+    let scenario = FailScenario::setup();
+    let server = server();
+    runtime().block_on(async {
+        let turn = request("Which facts mention trains?");
+        let (before, _) = answer(&server.base, &turn).await;
+        assert!(live_tokens(&server).await > 250);
+
+        fail::cfg("engine::decode", "1*return->off").expect("failpoint");
+        let (status, body) = post(&server.base, &request("Which facts mention gardens?")).await;
+        assert_eq!(status, 500, "{body}");
+        assert_envelope(&body, "server_error", "decode_failed");
+        assert_eq!(health(&server.base).await, 200);
+        assert_eq!(live_tokens(&server).await, 0, "llama.cpp's state is unknown after a failed decode");
+
+        let (cold, cached) = answer(&server.base, &turn).await;
+        assert_eq!(cached, 0);
+        assert_eq!(cold, before);
+        let (warm, cached) = answer(&server.base, &turn).await;
+        assert!(cached > 250, "{cached}");
+        assert_eq!(warm, before);
+    });
+    scenario.teardown();
+}
+
+#[test]
+fn a_panic_in_a_request_handler_answers_500_and_the_server_goes_on() {
+    let scenario = FailScenario::setup();
+    let server = server();
+    runtime().block_on(async {
+        fail::cfg("api::chat", "1*panic->off").expect("failpoint");
+        let (status, body) = post(&server.base, &request("Which facts mention trains?")).await;
+        assert_eq!(status, 500, "{body}");
+        assert_envelope(&body, "server_error", "internal_error");
+        assert_eq!(health(&server.base).await, 200);
+        let (text, _) = answer(&server.base, &request("Which facts mention trains?")).await;
+        assert!(!text.is_empty());
+    });
+    scenario.teardown();
+}
+
+#[test]
+fn an_engine_that_cannot_recover_answers_503_and_the_binary_exits_non_zero() {
+    let scenario = FailScenario::setup();
+    let server = server();
+    runtime().block_on(async {
+        fail::cfg("engine::token", "panic").expect("failpoint");
+        fail::cfg("engine::recover", "panic").expect("failpoint");
+        let (status, body) = post(&server.base, &request("Which facts mention trains?")).await;
+        assert_eq!(status, 500, "{body}");
+        assert_envelope(&body, "server_error", "internal_error");
+        let died = tokio::time::timeout(Duration::from_secs(10), server.engine.wait_died()).await.expect("died");
+        assert!(died.to_string().contains("engine::recover"), "{died}");
+
+        let response = reqwest::get(format!("{}/health", server.base)).await.expect("GET /health");
+        assert_eq!(response.status().as_u16(), 503);
+        assert!(response.headers().contains_key("retry-after"));
+        let body: Value = response.json().await.expect("JSON");
+        assert_envelope(&body, "unavailable_error", "engine_unavailable");
+        let (status, body) = post(&server.base, &request("Which facts mention trains?")).await;
+        assert_eq!(status, 503, "{body}");
+    });
+    scenario.teardown();
+
+    // The binary: the same two failures, given in FAILPOINTS; it stops serving and exits 1.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_firstword"))
+        .args(["serve", "--no-cache-dir", "-c", "2048", "-t", "2", "--port", &port.to_string(), "-m"])
+        .arg(smollm2_path())
+        .env("FAILPOINTS", "engine::token=panic;engine::recover=panic")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let ready = lines.by_ref().map_while(Result::ok).any(|line| line.contains("ready"));
+    assert!(ready, "the server became ready");
+    let base = format!("http://127.0.0.1:{port}");
+    let (status, body) = runtime().block_on(post(&base, &request("Which facts mention trains?")));
+    assert_eq!(status, 500, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the server did not exit");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log: Vec<String> = lines.map_while(Result::ok).collect();
+    assert_eq!(status.code(), Some(1), "{log:?}");
+    assert!(log.iter().any(|line| line.contains("a supervisor restarts")), "{log:?}");
+}
