@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use firstword::api::{ApiKeys, CorsOrigins, ServeOptions};
 use firstword::bench::{BenchConfig, Outputs, Target, Weights};
 use firstword::engine::{
-    EngineConfig, EngineError, FlashAttention, Prompt, SpecMode, SpeculationConfig, SpeculationError, LLAMA_CPP_BUILD,
+    ContextOverflow, EngineConfig, EngineError, FlashAttention, Prompt, SpecMode, SpeculationConfig, SpeculationError,
+    LLAMA_CPP_BUILD,
 };
 
 /// `firstword --version`: this crate's version and the llama.cpp it links.
@@ -82,6 +83,11 @@ pub(crate) struct ContextArgs {
     /// Context size in tokens [default: the model's training context, at most 8192].
     #[arg(short = 'c', long = "ctx-size", env = "FIRSTWORD_CTX_SIZE")]
     pub ctx_size: Option<u32>,
+    /// A conversation longer than the context: refuse it (400 naming both counts), or leave
+    /// out its oldest whole turns, keeping the system prompt (the response's
+    /// `timings.dropped_messages` says how many messages).
+    #[arg(long = "context-overflow", env = "FIRSTWORD_CONTEXT_OVERFLOW", value_enum, default_value = "refuse")]
+    pub context_overflow: ContextOverflowArg,
     /// Threads for generation [default: physical cores].
     #[arg(short = 't', long, env = "FIRSTWORD_THREADS")]
     pub threads: Option<u32>,
@@ -232,6 +238,15 @@ impl ServerArgs {
     }
 }
 
+/// `--context-overflow`.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ContextOverflowArg {
+    /// 400 with the prompt's tokens and the context size.
+    Refuse,
+    /// Leave out the oldest whole turns.
+    DropOldest,
+}
+
 /// `--flash-attn`.
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum FlashAttnArg {
@@ -279,6 +294,10 @@ impl ServeArgs {
         let (model, context, speculation) = (&self.model, &self.context, &self.speculation);
         EngineConfig {
             ctx_size: context.ctx_size,
+            context_overflow: match context.context_overflow {
+                ContextOverflowArg::Refuse => ContextOverflow::Refuse,
+                ContextOverflowArg::DropOldest => ContextOverflow::DropOldest,
+            },
             threads: context.threads.unwrap_or(defaults.threads),
             threads_batch: context.threads_batch.unwrap_or(defaults.threads_batch),
             batch_size: context.batch_size,

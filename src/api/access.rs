@@ -92,7 +92,43 @@ pub enum CorsOrigins {
     List(Vec<HeaderValue>),
 }
 
+/// Refuses a POST that a browser page of a foreign origin sent (403 with the envelope): the
+/// page could not read the answer without CORS, but a "simple" cross-origin POST (a form,
+/// `text/plain`) still reaches the server, so any web page the user visits could otherwise
+/// make this machine's model work for it. Browsers send `Origin` with every cross-origin POST;
+/// other clients (SDKs, curl) send none and pass, as do pages of the server's own origin and of
+/// the `--cors-origin` origins.
+pub(super) async fn refuse_foreign_origins(
+    State(allowed): State<CorsOrigins>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(origin) = request.headers().get(header::ORIGIN) else { return next.run(request).await };
+    if request.method() != Method::POST || allowed.admits(origin) || same_origin(origin, &request) {
+        return next.run(request).await;
+    }
+    ApiError::OriginNotAllowed(String::from_utf8_lossy(origin.as_bytes()).into_owned()).into_response()
+}
+
+/// Whether `origin` (`scheme://host[:port]`) names the host the request was sent to.
+fn same_origin(origin: &HeaderValue, request: &Request) -> bool {
+    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok());
+    let origin_host = origin.to_str().ok().and_then(|o| o.split_once("://")).map(|(_, host)| host);
+    matches!((origin_host, host), (Some(a), Some(b)) if a.eq_ignore_ascii_case(b))
+}
+
 impl CorsOrigins {
+    /// Whether pages of `origin` may call the API.
+    fn admits(&self, origin: &HeaderValue) -> bool {
+        match self {
+            Self::None => false,
+            Self::Any => true,
+            Self::List(origins) => {
+                origins.iter().any(|allowed| allowed.as_bytes().eq_ignore_ascii_case(origin.as_bytes()))
+            }
+        }
+    }
+
     /// The origins of `--cors-origin` flags: `*` for any, else each exactly
     /// (`http://localhost:3000`; a trailing `/` is dropped).
     ///

@@ -97,6 +97,11 @@ pub enum ApiError {
     /// No API key, or a wrong one, where one is required.
     #[error("{0}")]
     Unauthorized(&'static str),
+    /// A browser page of an origin not allowed to call the API sent a POST.
+    #[error(
+        "requests from pages of the origin {0:?} are not allowed; start firstword with --cors-origin to allow them"
+    )]
+    OriginNotAllowed(String),
     /// No route has this path.
     #[error("unknown endpoint")]
     NotFound,
@@ -154,6 +159,7 @@ impl ApiError {
             // The request was valid; the model's output was not.
             Self::ModelOutput(_) => (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_model_output")),
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, Some("invalid_api_key")),
+            Self::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, Some("origin_not_allowed")),
             Self::NotFound => (StatusCode::NOT_FOUND, Some("not_found")),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, None),
         }
@@ -188,6 +194,7 @@ impl ApiError {
     fn kind(status: StatusCode) -> &'static str {
         match status {
             StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::FORBIDDEN => "permission_error",
             StatusCode::NOT_FOUND => "not_found_error",
             StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             StatusCode::SERVICE_UNAVAILABLE => "unavailable_error",

@@ -45,6 +45,7 @@ fn wire_timings(usage: Usage, timings: Timings) -> WireTimings {
         draft_n: timings.draft.map(|d| d.drafted),
         draft_n_accepted: timings.draft.map(|d| d.accepted),
         cache: wire_cache(timings.cache),
+        dropped_messages: (usage.dropped_messages > 0).then_some(usage.dropped_messages),
     }
 }
 
@@ -191,6 +192,35 @@ fn closing(mut data: Vec<String>) -> Frames {
 /// A stream ended by `error`.
 fn failed(error: ApiError) -> Frames {
     closing(vec![error.to_json()])
+}
+
+#[cfg(feature = "fuzzing")]
+impl crate::fuzzing::Api {
+    /// The SSE payloads of an answer made under a reply plan (the model's call `format`, the
+    /// `tools` it may call, the `schema` a JSON reply must match), as `POST
+    /// /v1/chat/completions` streams them: `next` gives each engine event, told whether the
+    /// framer has asked generation to end, until the stream is done.
+    pub fn stream(
+        format: crate::chat::tools::ToolFormat,
+        tools: Option<crate::chat::tools::ToolSet>,
+        schema: Option<crate::chat::tools::OutputSchema>,
+        include_usage: bool,
+        mut next: impl FnMut(bool) -> Option<Event>,
+    ) -> crate::fuzzing::SseTranscript {
+        let meta = ResponseMeta { id: "chatcmpl-fuzz".into(), model: "fuzz".into(), created: 0 };
+        let plan = super::convert::OutputPlan { format, tools, schema };
+        let mut framer = SseFramer::new(meta, AnswerShaper::new(plan), include_usage);
+        let mut transcript = crate::fuzzing::SseTranscript { opening: framer.opening(), steps: Vec::new() };
+        let mut finish_now = false;
+        loop {
+            let Frames { data, finish_now: finish, done } = framer.push(next(finish_now));
+            finish_now |= finish;
+            transcript.steps.push(crate::fuzzing::SseStep { data, finish_now: finish, done });
+            if done {
+                return transcript;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -136,6 +136,7 @@ fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
             ApiError::Internal(message).into_response()
         }))
         .layer(axum::middleware::from_fn_with_state(options.api_keys.clone(), access::require_key))
+        .layer(axum::middleware::from_fn_with_state(options.cors_origins.clone(), access::refuse_foreign_origins))
         .layer(axum::middleware::from_fn_with_state(metrics, request_log::log_requests));
     // Outermost: a preflight is answered before the key check (browsers send none with it).
     match options.cors_origins.layer() {

@@ -23,8 +23,7 @@ pub(super) async fn prefill(
     let record = RequestRecord::of(&request);
     let job = read_chat_job(&state, request).await?;
     let report = state.engine.prefill(job.request)?.await?;
-    let usage =
-        Usage { prompt_tokens: report.prompt_tokens, cached_tokens: report.cached_tokens, completion_tokens: 0 };
+    let usage = Usage { prompt_tokens: report.prompt_tokens, cached_tokens: report.cached_tokens, ..Usage::default() };
     record.prefilled(usage, report.timings);
     Ok(Json(answer(job.model, report)))
 }

@@ -126,6 +126,10 @@ pub(super) struct WireTimings {
     pub draft_n_accepted: Option<u32>,
     /// What the cache did for the prompt.
     pub cache: WireCache,
+    /// Messages of the oldest turns left out to fit the context (`--context-overflow
+    /// drop-oldest`; absent when none was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped_messages: Option<u32>,
 }
 
 /// `timings.cache`: where the reused prompt tokens came from, and why not more.

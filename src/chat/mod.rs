@@ -7,6 +7,7 @@
 //! crate.
 
 mod grammar;
+mod history;
 mod landmarks;
 mod message;
 mod pyjson;
@@ -15,9 +16,12 @@ mod template;
 pub mod tools;
 
 pub use grammar::Grammar;
+pub use history::Turns;
 pub use landmarks::{Landmarks, PromptPart};
 pub use message::{ChatMessage, Role, ToolCall};
 pub use render::{ChatFormat, RenderedChat};
+#[cfg(feature = "fuzzing")]
+pub(crate) use template::RenderLimits;
 pub use template::{ChatTemplate, ModelTemplateFacts, TemplateError, TemplateSource};
 
 /// `value` as Python's `json.dumps` writes it (what templates and tool prompts show models).

@@ -14,6 +14,20 @@ pub enum FlashAttention {
     Off,
 }
 
+/// What a chat request whose conversation no longer fits the context gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ContextOverflow {
+    /// A 400 naming the prompt's tokens and the context's size.
+    #[default]
+    Refuse,
+    /// The oldest whole turns are left out (a tool call goes with its result; the leading
+    /// system messages and the newest turn stay) until the prompt fits with room for the
+    /// reply, and down to three quarters of the context when turns must go, so that the next
+    /// turns of the conversation leave out the same ones and keep their cache. The response
+    /// says how many messages were left out. Only the newest turn not fitting is refused.
+    DropOldest,
+}
+
 /// Everything needed to start an [`Engine`](crate::Engine).
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -45,6 +59,8 @@ pub struct EngineConfig {
     pub chat_template_file: Option<PathBuf>,
     /// How many requests may wait while one is generating.
     pub queue_size: usize,
+    /// What a chat request that does not fit the context gets.
+    pub context_overflow: ContextOverflow,
     /// Most tokens generated for a request that sets no `max_tokens`; `None`: until the
     /// context is full.
     pub n_predict: Option<u32>,
@@ -121,6 +137,7 @@ impl EngineConfig {
             mmap: true,
             chat_template_file: None,
             queue_size: Self::DEFAULT_QUEUE_SIZE,
+            context_overflow: ContextOverflow::Refuse,
             n_predict: Some(Self::DEFAULT_N_PREDICT),
             speculation: super::SpeculationConfig::default(),
             cache_ram_mib: Self::DEFAULT_CACHE_RAM_MIB,

@@ -32,7 +32,7 @@ use crate::chat::tools::ToolFormat;
 use crate::chat::{ChatFormat, Landmarks};
 pub use crate::chat::{Grammar, TemplateSource};
 
-pub use config::{physical_cores, EngineConfig, FlashAttention};
+pub use config::{physical_cores, ContextOverflow, EngineConfig, FlashAttention};
 pub use error::{EngineError, SpeculationError};
 pub use request::{
     CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, DiskStatus, DraftStats, Event,

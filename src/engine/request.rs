@@ -78,6 +78,9 @@ pub struct Usage {
     pub cached_tokens: u32,
     /// Tokens generated.
     pub completion_tokens: u32,
+    /// Messages of the oldest turns left out because the conversation did not fit the
+    /// context ([`ContextOverflow::DropOldest`](crate::engine::ContextOverflow::DropOldest)).
+    pub dropped_messages: u32,
 }
 
 /// Where the time of one request went.

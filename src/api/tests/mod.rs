@@ -57,7 +57,8 @@ pub(super) fn call_text(name: &str, arguments: &str) -> String {
 }
 
 /// The usage every scripted `Finished` reports.
-pub(super) const USAGE: Usage = Usage { prompt_tokens: 10, cached_tokens: 4, completion_tokens: 3 };
+pub(super) const USAGE: Usage =
+    Usage { prompt_tokens: 10, cached_tokens: 4, completion_tokens: 3, dropped_messages: 0 };
 
 /// A `Finished` event with [`USAGE`].
 /// What the scripted cache did: a restore from the RAM store.

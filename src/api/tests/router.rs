@@ -226,9 +226,10 @@ async fn an_engine_refusal_before_started_gets_its_own_status() {
 #[tokio::test]
 async fn events_that_stop_without_a_finish_get_500() {
     let engine = Arc::new(FakeEngine::answering(vec![Event::Started { prompt_tokens: 1, cached_tokens: 0 }]));
-    assert_error("stopped", &chat(&engine, &hi()).await, StatusCode::INTERNAL_SERVER_ERROR, None);
+    assert_error("stopped", &chat(&engine, &hi()).await, StatusCode::INTERNAL_SERVER_ERROR, Some("internal_error"));
     let before_start = Arc::new(FakeEngine::answering(Vec::new()));
-    assert_error("never started", &chat(&before_start, &hi()).await, StatusCode::INTERNAL_SERVER_ERROR, None);
+    let never_started = chat(&before_start, &hi()).await;
+    assert_error("never started", &never_started, StatusCode::INTERNAL_SERVER_ERROR, Some("internal_error"));
 }
 
 #[tokio::test]
@@ -272,7 +273,7 @@ async fn a_failure_mid_stream_is_an_error_event_then_done() {
     let text = text_of(response).await;
     let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
     let error: Value = serde_json::from_str(events[2].trim_start_matches("data: ")).expect("an envelope");
-    assert_eq!((&error["error"]["code"], &error["error"]["type"]), (&"internal_error".into(), &"server_error".into()));
+    assert_eq!((&error["error"]["code"], &error["error"]["type"]), (&"decode_failed".into(), &"server_error".into()));
     assert_eq!(events[3], "data: [DONE]");
 }
 

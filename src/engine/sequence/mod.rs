@@ -52,6 +52,16 @@ pub(crate) struct LiveSequence<'m> {
     unpersisted: Vec<(Vec<LlamaToken>, SavedState, CacheEntryKind)>,
 }
 
+/// What becomes of a live sequence that a prompt displaces (keeping much less of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Displaced {
+    /// Saved to the RAM store: another conversation or an interleaved job took over.
+    Save,
+    /// Forgotten: the same conversation shortened by its oldest turns, which no later prompt
+    /// continues.
+    Forget,
+}
+
 /// What reusing the cache did for one prompt.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Reuse {
@@ -129,8 +139,8 @@ impl<'m> LiveSequence<'m> {
     /// are fresh. Where the sliding window already dropped what the prefix needs, or the cache
     /// cannot be cut there, it is emptied. With the state store on, a stored state that spares
     /// more of `tokens` replaces the live one, and a live sequence about to lose much of what
-    /// it holds is saved first.
-    pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken]) -> Reuse {
+    /// it holds is saved first, unless `displaced` says it is not worth it.
+    pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken], displaced: Displaced) -> Reuse {
         self.save_pending_checkpoint();
         // Nothing live: unless the store serves the prompt (or had an entry that would have).
         let cold = self.cached.is_empty();
@@ -145,7 +155,7 @@ impl<'m> LiveSequence<'m> {
             restore: None,
         };
         if self.store.is_some() || self.disk.is_some() {
-            self.consult_store(tokens, &mut reuse);
+            self.consult_store(tokens, &mut reuse, displaced);
         }
         if reuse.keep > 0 && !self.cut(reuse.keep) {
             tracing::warn!(

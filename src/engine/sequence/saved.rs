@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use llama_cpp_2::token::LlamaToken;
 
-use super::{divergence, LiveSequence, Reuse};
+use super::{divergence, Displaced, LiveSequence, Reuse};
 use crate::engine::decoder::SavedState;
 use crate::engine::disk::DiskCache;
 use crate::engine::prefix::plan_reuse;
@@ -118,22 +118,25 @@ impl<'m> LiveSequence<'m> {
 
     /// Restores the stored state that spares the most of `tokens` when it beats the live one,
     /// saving the live sequence first if that loses much of what it holds; `reuse` says what
-    /// is reusable then.
-    pub(super) fn consult_store(&mut self, tokens: &[LlamaToken], reuse: &mut Reuse) {
+    /// is reusable then (unless it is to be forgotten).
+    pub(super) fn consult_store(&mut self, tokens: &[LlamaToken], reuse: &mut Reuse, displaced: Displaced) {
         let found = self.find(tokens, reuse.keep);
         if found.is_none() {
             self.explain_store_miss(tokens, reuse);
         }
         let kept = if found.is_some() { 0 } else { reuse.keep };
-        let displaced =
-            (self.store.is_some() && self.cached.len() >= self.min_save && self.cached.len() - kept >= self.min_save)
-                .then(|| {
-                    let started = Instant::now();
-                    let state = self.decoder.save();
-                    reuse.save = Some(started.elapsed());
-                    state.map(|state| (self.cached.clone(), state))
-                })
-                .flatten();
+        let worth_saving = displaced == Displaced::Save
+            && self.store.is_some()
+            && self.cached.len() >= self.min_save
+            && self.cached.len() - kept >= self.min_save;
+        let displaced = worth_saving
+            .then(|| {
+                let started = Instant::now();
+                let state = self.decoder.save();
+                reuse.save = Some(started.elapsed());
+                state.map(|state| (self.cached.clone(), state))
+            })
+            .flatten();
         match found {
             // A refused file falls back to the RAM store's best entry.
             Some(Found::Disk(candidate)) if !self.restore_from_disk(tokens, candidate.index, reuse) => {

@@ -18,16 +18,18 @@ use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Models};
 use super::reply::{still_wanted, Halt, Reply};
 use super::sampling::TokenPicker;
-use super::sequence::{LiveSequence, Reuse};
+use super::sequence::{Displaced, LiveSequence, Reuse};
 use super::speculation::{DraftDepth, Speculating};
 use super::text::longest_run;
 use super::{
-    CacheMiss, CacheReport, CacheSource, Command, EngineConfig, EngineError, Event, GenerationRequest, Job, ModelInfo,
-    Prompt, Signals, Timings, Usage, LLAMA_CPP_BUILD,
+    CacheMiss, CacheReport, CacheSource, Command, ContextOverflow, EngineConfig, EngineError, Event, GenerationRequest,
+    Job, ModelInfo, Prompt, Signals, Timings, Usage, LLAMA_CPP_BUILD,
 };
 use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart};
+use overflow::{FittedPrompt, LastDrop};
 
 mod faults;
+mod overflow;
 mod prefill;
 
 pub(crate) use faults::panic_message;
@@ -133,6 +135,10 @@ struct Session<'m> {
     chat: Arc<ChatFormat>,
     /// After a reply, evaluate what the template writes before the next user's words.
     anticipate: bool,
+    /// What a chat that does not fit the context gets.
+    context_overflow: ContextOverflow,
+    /// The oldest turns the last shortened conversation left out.
+    last_drop: LastDrop,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -141,6 +147,10 @@ struct CompletedReply {
     finished: Event,
     /// The reply's text, as sent.
     text: String,
+    /// The prompt's text (none for token prompts).
+    prompt_text: Option<String>,
+    /// The conversation evaluated, when its oldest turns were left out.
+    shortened: Option<Prompt>,
 }
 
 impl<'m> Session<'m> {
@@ -221,6 +231,8 @@ impl<'m> Session<'m> {
             signals,
             chat: Arc::new(chat),
             anticipate: config.anticipate_next_turn && !recurrent,
+            context_overflow: config.context_overflow,
+            last_drop: LastDrop::default(),
         };
         session.publish_cache_status();
         Ok((session, info))
@@ -279,17 +291,15 @@ impl<'m> Session<'m> {
     /// the client has left), then prepares the cache for the next turn.
     fn serve(&mut self, job: Job) {
         let Job { prompt, landmarks, request, events, finish_requested, .. } = job;
-        let prompt_text = prompt.text().map(str::to_owned);
-        let parts = PromptParts { text: prompt_text.as_deref(), landmarks };
-        match self.run_steps(prompt, parts, &request, &events, &finish_requested) {
-            Ok(CompletedReply { finished, text }) => {
+        match self.run_steps(prompt, landmarks, &request, &events, &finish_requested) {
+            Ok(CompletedReply { finished, text, prompt_text, shortened }) => {
                 // A reply that ended at its first token left the prompt's checkpoint due.
                 self.sequence.save_pending_checkpoint();
                 // What GET /cache shows once the client has its answer.
                 self.publish_cache_status();
                 let _ = events.send(finished);
                 if let Some(prompt_text) = prompt_text {
-                    self.prepare_next_turn(&request.prompt, prompt_text, &text);
+                    self.prepare_next_turn(shortened.as_ref().unwrap_or(&request.prompt), prompt_text, &text);
                 }
                 // Unless the next request is already waiting: then after its reply.
                 if self.signals.waiting_generations.load(Ordering::Relaxed) == 0 {
@@ -319,19 +329,21 @@ impl<'m> Session<'m> {
     fn run_steps(
         &mut self,
         prompt: PromptInput,
-        parts: PromptParts<'_>,
+        landmarks: Landmarks,
         request: &GenerationRequest,
         events: &UnboundedSender<Event>,
         finish_requested: &AtomicBool,
     ) -> Result<CompletedReply, Halt> {
-        let tokens = self.tokenize(prompt)?;
+        let FittedPrompt { tokens, text: prompt_text, landmarks, limit, shortened, dropped_messages } =
+            self.fit_prompt(prompt, landmarks, request)?;
         let prompt_tokens = tokens.len() as u32;
-        let limit = self.limit(prompt_tokens, request.max_tokens)?;
         let picker = self.picker(request)?;
+        let parts = PromptParts { text: prompt_text.as_deref(), landmarks };
 
         // What the drafter evaluated for the last reply's upkeep is no part of this request.
         self.sequence.take_catch_up();
-        let reuse = self.sequence.reuse_prefix(&tokens);
+        let displaced = if shortened.is_some() { Displaced::Forget } else { Displaced::Save };
+        let reuse = self.sequence.reuse_prefix(&tokens, displaced);
         let cache = self.explain(&reuse, &tokens, parts);
         let keep = reuse.keep;
         let cached_tokens = keep as u32;
@@ -353,10 +365,11 @@ impl<'m> Session<'m> {
             tracing::warn!("{e}");
         }
         let reason = outcome?;
-        let usage = Usage { prompt_tokens, cached_tokens, completion_tokens: reply.tokens() };
+        let usage = Usage { prompt_tokens, cached_tokens, completion_tokens: reply.tokens(), dropped_messages };
         let draft = self.sequence.speculates().then(|| speculating.stats(self.sequence.take_catch_up()));
         let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed(), draft, cache };
-        Ok(CompletedReply { finished: Event::Finished { reason, usage, timings }, text: reply.into_text() })
+        let finished = Event::Finished { reason, usage, timings };
+        Ok(CompletedReply { finished, text: reply.into_text(), prompt_text, shortened })
     }
 
     /// What the cache did for `tokens`, and why it did not serve more: the part of the prompt

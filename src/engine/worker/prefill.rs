@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{render_prompt, PromptInput, PromptParts, Session};
+use crate::chat::Landmarks;
 use crate::engine::reply::{still_wanted, Halt};
-use crate::engine::{Event, Job, PrefillReport, Prompt, Timings};
+use crate::engine::sequence::Displaced;
+use crate::engine::{Event, GenerationRequest, Job, PrefillReport, Prompt, Timings};
 
 /// Prompt tokens a prefill evaluates between checks for a waiting generation request: about a
 /// second of a small model on a 2-core CPU, a few milliseconds on a GPU.
@@ -31,9 +33,8 @@ impl Session<'_> {
                     continue;
                 }
             };
-            let text = input.text().map(str::to_owned);
-            let parts = PromptParts { text: text.as_deref(), landmarks };
-            match self.prefill_steps(input, parts, &events) {
+            let request = GenerationRequest { prompt: prompt.clone(), ..GenerationRequest::chat(Vec::new()) };
+            match self.prefill_steps(input, landmarks, &request, &events) {
                 Ok(report) => tracing::info!(
                     tokens = report.prompt_tokens,
                     prefilled = report.prefilled_tokens,
@@ -54,16 +55,14 @@ impl Session<'_> {
     /// Serves prefill number `number`, whose events end with `Prefilled` or `Failed`; one that
     /// a newer prefill already replaced is answered as superseded without running.
     pub(super) fn serve_prefill(&mut self, job: Job, number: u64) {
-        let Job { prompt, landmarks, events, report: report_to, .. } = job;
+        let Job { prompt, landmarks, request, events, report: report_to, .. } = job;
         let Some(report_to) = report_to else { return };
         if number < self.signals.latest_prefill.load(Ordering::Relaxed) {
             tracing::debug!(number, "a newer prefill is queued; this one is skipped");
             let _ = report_to.send(PrefillReport { superseded: true, ..PrefillReport::default() });
             return;
         }
-        let text = prompt.text().map(str::to_owned);
-        let parts = PromptParts { text: text.as_deref(), landmarks };
-        match self.prefill_steps(prompt, parts, &events) {
+        match self.prefill_steps(prompt, landmarks, &request, &events) {
             Ok(report) => {
                 self.sequence.save_pending_checkpoint();
                 self.publish_cache_status();
@@ -79,19 +78,23 @@ impl Session<'_> {
         self.publish_cache_status();
     }
 
-    /// Tokenize, check the context, reuse the cached prefix, and evaluate the rest until done
-    /// or until a generation request waits.
+    /// Tokenize, check the context (shortening the conversation as the request itself would
+    /// be), reuse the cached prefix, and evaluate the rest until done or until a generation
+    /// request waits.
     fn prefill_steps(
         &mut self,
         prompt: PromptInput,
-        parts: PromptParts<'_>,
+        landmarks: Landmarks,
+        request: &GenerationRequest,
         events: &UnboundedSender<Event>,
     ) -> Result<PrefillReport, Halt> {
-        let tokens = self.tokenize(prompt)?;
+        let fitted = self.fit_prompt(prompt, landmarks, request)?;
+        let tokens = fitted.tokens;
+        let parts = PromptParts { text: fitted.text.as_deref(), landmarks: fitted.landmarks };
         let prompt_tokens = tokens.len() as u32;
-        self.limit(prompt_tokens, Some(0))?;
         self.sequence.take_catch_up();
-        let reuse = self.sequence.reuse_prefix(&tokens);
+        let displaced = if fitted.shortened.is_some() { Displaced::Forget } else { Displaced::Save };
+        let reuse = self.sequence.reuse_prefix(&tokens, displaced);
         let cache = self.explain(&reuse, &tokens, parts);
         let keep = reuse.keep;
         events.send(Event::Started { prompt_tokens, cached_tokens: keep as u32 }).map_err(|_| Halt::Cancelled)?;

@@ -1,0 +1,146 @@
+//! Fitting a prompt into the context: tokenized, checked against the context size, and, for a
+//! chat that is too long under [`ContextOverflow::DropOldest`], shortened by its oldest turns.
+
+use std::hash::{Hash, Hasher};
+
+use llama_cpp_2::token::LlamaToken;
+
+use super::{PromptInput, Session};
+use crate::chat::tools::ToolDefinition;
+use crate::chat::{ChatMessage, Landmarks, Turns};
+use crate::engine::{ContextOverflow, EngineError, GenerationRequest, Prompt};
+
+/// A prompt ready to evaluate.
+pub(super) struct FittedPrompt {
+    pub(super) tokens: Vec<LlamaToken>,
+    /// Its text (none for token prompts).
+    pub(super) text: Option<String>,
+    /// Where its parts lie in the text.
+    pub(super) landmarks: Landmarks,
+    /// The most tokens the reply may have.
+    pub(super) limit: u32,
+    /// The conversation evaluated, when its oldest turns were left out.
+    pub(super) shortened: Option<Prompt>,
+    /// How many messages were left out.
+    pub(super) dropped_messages: u32,
+}
+
+/// How many oldest turns the last shortened conversation left out, and a hash of their
+/// messages: the next turn of that conversation leaves out the same ones while it fits, so its
+/// prompt still continues the cache.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LastDrop {
+    turns: usize,
+    hash: u64,
+}
+
+impl Session<'_> {
+    /// Tokenizes `prompt` and checks that it fits the context with the reply's room; a chat
+    /// that does not is shortened under [`ContextOverflow::DropOldest`].
+    ///
+    /// # Errors
+    /// Tokenization errors; [`EngineError::ContextOverflow`] when it does not fit (with
+    /// `DropOldest`: when its newest turn alone does not).
+    pub(super) fn fit_prompt(
+        &mut self,
+        prompt: PromptInput,
+        landmarks: Landmarks,
+        request: &GenerationRequest,
+    ) -> Result<FittedPrompt, EngineError> {
+        let text = prompt.text().map(str::to_owned);
+        let tokens = self.tokenize(prompt)?;
+        let overflow = match self.limit(tokens.len() as u32, request.max_tokens) {
+            Ok(limit) => {
+                return Ok(FittedPrompt { tokens, text, landmarks, limit, shortened: None, dropped_messages: 0 })
+            }
+            Err(overflow) => overflow,
+        };
+        match &request.prompt {
+            Prompt::Chat { messages, tools } if self.context_overflow == ContextOverflow::DropOldest => {
+                self.drop_oldest(messages, tools, request.max_tokens).map_err(|e| e.unwrap_or(overflow))
+            }
+            _ => Err(overflow),
+        }
+    }
+
+    /// `messages` without as few oldest turns as leave the reply its room within three
+    /// quarters of the context (or, failing that, within the context). Tries the turns the
+    /// last shortened conversation left out first. `Err(None)`: not even the newest turn fits.
+    fn drop_oldest(
+        &mut self,
+        messages: &[ChatMessage],
+        tools: &[ToolDefinition],
+        max_tokens: Option<u32>,
+    ) -> Result<FittedPrompt, Option<EngineError>> {
+        let turns = Turns::of(messages);
+        let n_ctx = self.sequence.n_ctx();
+        // Without max_tokens the reply keeps a quarter of the context (or --n-predict, if less).
+        let room = max_tokens.unwrap_or_else(|| self.n_predict.unwrap_or(n_ctx).min(n_ctx / 4));
+        let fits = |fitted: &FittedPrompt, target: u32| (fitted.tokens.len() as u32).saturating_add(room) <= target;
+        let shorten = |dropped: usize| -> Result<FittedPrompt, EngineError> {
+            let (kept, dropped_messages) =
+                turns.without_oldest(dropped).ok_or_else(|| EngineError::Internal("no turn left to keep".into()))?;
+            let rendered = self.chat.render(&kept, tools)?;
+            let tokens = self.tokenize(PromptInput::Text(rendered.text.clone()))?;
+            let limit = self.limit(tokens.len() as u32, max_tokens)?;
+            Ok(FittedPrompt {
+                tokens,
+                text: Some(rendered.text),
+                landmarks: rendered.landmarks,
+                limit,
+                shortened: Some(Prompt::Chat { messages: kept, tools: tools.to_vec() }),
+                dropped_messages: dropped_messages as u32,
+            })
+        };
+        let last = self.last_drop;
+        if last.turns > 0 && last.turns < turns.len() && hash_messages(turns.oldest(last.turns)) == last.hash {
+            if let Ok(fitted) = shorten(last.turns) {
+                if fits(&fitted, n_ctx) {
+                    return Ok(fitted);
+                }
+            }
+        }
+        if turns.len() < 2 {
+            return Err(None);
+        }
+        // Fewer turns are never longer: binary search for the fewest dropped that reach the
+        // mark; the newest turn alone is the last resort.
+        let mark = n_ctx / 4 * 3;
+        let newest_only = turns.len() - 1;
+        let (mut low, mut high) = (1, newest_only);
+        let mut best = None;
+        while low <= high {
+            let middle = low + (high - low) / 2;
+            match shorten(middle) {
+                Ok(fitted) if fits(&fitted, mark) => {
+                    best = Some((middle, fitted));
+                    high = middle - 1;
+                }
+                Ok(_) | Err(EngineError::ContextOverflow { .. }) => low = middle + 1,
+                Err(e) => return Err(Some(e)),
+            }
+        }
+        let (dropped, fitted) = match best {
+            Some(found) => found,
+            None => (newest_only, shorten(newest_only).map_err(Some)?),
+        };
+        self.last_drop = LastDrop { turns: dropped, hash: hash_messages(turns.oldest(dropped)) };
+        tracing::debug!(turns = dropped, messages = fitted.dropped_messages, "left out the oldest turns");
+        Ok(fitted)
+    }
+}
+
+/// A hash of messages' roles, texts and calls (which identifies a conversation's oldest turns).
+fn hash_messages(messages: &[ChatMessage]) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for message in messages {
+        message.role.as_str().hash(&mut hasher);
+        message.content.hash(&mut hasher);
+        message.name.hash(&mut hasher);
+        message.tool_call_id.hash(&mut hasher);
+        for call in &message.tool_calls {
+            (&call.id, &call.name, &call.arguments).hash(&mut hasher);
+        }
+    }
+    hasher.finish()
+}
