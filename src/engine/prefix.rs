@@ -99,4 +99,85 @@ mod tests {
         assert!(window_covers(3400, 0, Some(512)));
         assert!(window_covers(-1, 700, Some(512)));
     }
+
+    /// Property tests: any cache and prompt, any window.
+    mod properties {
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Tokens from a tiny vocabulary, so that lists often share long prefixes.
+        fn tokens(len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<LlamaToken>> {
+            vec((0..3).prop_map(LlamaToken), len)
+        }
+
+        /// A cached list and a prompt: a shared start, then each its own tail.
+        fn cached_and_prompt() -> impl Strategy<Value = (Vec<LlamaToken>, Vec<LlamaToken>)> {
+            (tokens(0..8), tokens(0..5), tokens(0..5))
+                .prop_map(|(shared, cached, prompt)| ([shared.clone(), cached].concat(), [shared, prompt].concat()))
+        }
+
+        /// (pos_min, keep, n_swa): mostly anything, often right at the edge of coverage.
+        fn window_case() -> impl Strategy<Value = (i32, usize, u32)> {
+            let near_the_edge = (0..5000usize, 0..5000u32, -2..3i32).prop_map(|(keep, n_swa, off)| {
+                let needed_from = keep.saturating_sub(n_swa as usize) as i32;
+                (needed_from + off, keep, n_swa)
+            });
+            prop_oneof![(any::<i32>(), any::<usize>(), any::<u32>()), near_the_edge]
+        }
+
+        proptest! {
+            #[test]
+            fn common_prefix_is_shared_and_then_differs((a, b) in cached_and_prompt()) {
+                let n = common_prefix_len(&a, &b);
+                prop_assert_eq!(n, common_prefix_len(&b, &a));
+                prop_assert_eq!(&a[..n], &b[..n]);
+                prop_assert!(n == a.len() || n == b.len() || a[n] != b[n]);
+            }
+
+            #[test]
+            fn reuse_keeps_only_shared_tokens_and_leaves_the_last_to_evaluate(
+                (cached, prompt) in cached_and_prompt(),
+            ) {
+                let keep = plan_reuse(&cached, &prompt);
+                let common = common_prefix_len(&cached, &prompt);
+                prop_assert!(keep <= common);
+                if prompt.is_empty() {
+                    prop_assert_eq!(keep, 0);
+                } else {
+                    prop_assert!(keep < prompt.len());
+                }
+                // Nothing shared is given up but the last prompt token.
+                if common < prompt.len() {
+                    prop_assert_eq!(keep, common);
+                } else {
+                    prop_assert_eq!(keep, prompt.len().saturating_sub(1));
+                }
+            }
+
+            #[test]
+            fn a_window_covers_exactly_when_it_holds_every_needed_position((pos_min, keep, n_swa) in window_case()) {
+                // Continuing after `keep` tokens attends to positions `keep - n_swa .. keep`.
+                let needed_from = (keep as i128 - i128::from(n_swa)).max(0);
+                let holds_all = keep == 0 || i128::from(pos_min) <= needed_from;
+                prop_assert_eq!(window_covers(pos_min, keep, Some(n_swa)), holds_all);
+                prop_assert!(window_covers(pos_min, keep, None));
+                prop_assert!(window_covers(pos_min, 0, Some(n_swa)));
+            }
+
+            #[test]
+            fn a_window_covers_more_with_less_dropped_more_kept_or_a_narrower_window(
+                (pos_min, keep, n_swa) in window_case(),
+            ) {
+                // More kept tokens or a narrower window need only later positions (keeping
+                // none needs none).
+                if window_covers(pos_min, keep, Some(n_swa)) {
+                    prop_assert!(window_covers(pos_min.saturating_sub(1), keep, Some(n_swa)));
+                    prop_assert!(keep == 0 || window_covers(pos_min, keep.saturating_add(1), Some(n_swa)));
+                    prop_assert!(window_covers(pos_min, keep, Some(n_swa.saturating_sub(1))));
+                }
+            }
+        }
+    }
 }

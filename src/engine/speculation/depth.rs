@@ -175,4 +175,22 @@ mod tests {
         always.record_cost(true, 1.0, 1);
         assert!((0..100).all(|_| always.next(|| 0) > 0));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn depth_stays_within_the_ceiling_whatever_is_measured(
+            ceiling in 0..10u32,
+            always in proptest::bool::ANY,
+            steps in proptest::collection::vec((0..12usize, 0..12usize, 0.0..1.0f32, 0..8usize), 0..200),
+        ) {
+            let mut depth = DraftDepth::new(ceiling, always);
+            for (backlog, accepted, seconds, tokens) in steps {
+                let drafts = depth.next(|| backlog);
+                proptest::prop_assert!(drafts <= ceiling.max(1) as usize);
+                proptest::prop_assert!(!always || drafts >= 1, "an always-on drafter never pauses");
+                depth.record(drafts, accepted.min(drafts));
+                depth.record_cost(drafts > 0, seconds, tokens);
+            }
+        }
+    }
 }

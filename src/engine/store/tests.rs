@@ -134,3 +134,89 @@ fn where_entries_serve_only_whole_a_prefix_entry_stays_and_a_duplicate_goes() {
     store.insert(tokens(&[1, 2]), Fake(6, "checkpoint again"), EntryKind::Checkpoint);
     assert_eq!((store.len(), store.used()), (2, 14));
 }
+
+/// Property tests: any sequence of saves and restores.
+mod properties {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::super::usable;
+    use super::*;
+
+    fn few_tokens() -> impl Strategy<Value = Vec<LlamaToken>> {
+        vec((0..3).prop_map(LlamaToken), 0..6)
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Save {
+            tokens: Vec<LlamaToken>,
+            bytes: usize,
+            checkpoint: bool,
+        },
+        /// Restores the best entry for this prompt, if any.
+        Serve(Vec<LlamaToken>),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (few_tokens(), 0..40usize, any::<bool>()).prop_map(|(tokens, bytes, checkpoint)| Step::Save {
+                tokens,
+                bytes,
+                checkpoint
+            }),
+            few_tokens().prop_map(Step::Serve),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn an_entry_serves_only_a_prefix_it_shares_and_whole_only_all_or_nothing(
+            tokens in few_tokens(),
+            prompt in few_tokens(),
+        ) {
+            let any_prefix = usable(&tokens, &prompt, false);
+            prop_assert!(any_prefix < prompt.len().max(1));
+            prop_assert_eq!(&tokens[..any_prefix], &prompt[..any_prefix]);
+            let whole = usable(&tokens, &prompt, true);
+            prop_assert!(whole == 0 || (whole == tokens.len() && whole == any_prefix));
+        }
+
+        #[test]
+        fn the_store_keeps_its_budget_and_offers_the_best_entry(
+            budget in 0..60usize,
+            whole_only in any::<bool>(),
+            steps in vec(step(), 0..12),
+        ) {
+            let mut store = store(budget, whole_only);
+            for step in steps {
+                match step {
+                    Step::Save { tokens, bytes, checkpoint } => {
+                        let kind = if checkpoint { EntryKind::Checkpoint } else { EntryKind::Snapshot };
+                        prop_assert_eq!(store.insert(tokens.clone(), Fake(bytes, "saved"), kind), bytes <= budget);
+                        // A saved entry serves any prompt that continues it.
+                        let continued = [tokens.clone(), vec![LlamaToken(9)]].concat();
+                        if bytes <= budget && !tokens.is_empty() {
+                            prop_assert_eq!(store.best(&continued).map(|c| c.reusable), Some(tokens.len()));
+                        }
+                    }
+                    Step::Serve(prompt) => {
+                        let most = store.entries().map(|e| usable(&e.tokens, &prompt, whole_only)).max().unwrap_or(0);
+                        match store.best(&prompt) {
+                            Some(best) => {
+                                prop_assert_eq!(best.reusable, most);
+                                let entry = store.entries().nth(best.index).expect("the best entry is held");
+                                prop_assert_eq!(usable(&entry.tokens, &prompt, whole_only), most);
+                                store.restore(best.index);
+                            }
+                            None => prop_assert_eq!(most, 0),
+                        }
+                    }
+                }
+                prop_assert!(store.used() <= store.budget());
+                prop_assert_eq!(store.used(), store.entries().map(|e| e.state.0).sum::<usize>());
+                prop_assert_eq!(store.len(), store.entries().count());
+            }
+        }
+    }
+}
