@@ -298,6 +298,9 @@ impl<'m> LiveSequence<'m> {
     /// At shutdown: queues the live sequence for the disk cache and waits up to `limit` for
     /// the files to be written (an unfinished one is never used: it has no final name).
     pub(crate) fn persist_before_exit(&mut self, limit: Duration) {
+        if self.disk.is_none() {
+            return;
+        }
         self.persist();
         let started = Instant::now();
         if self.wait_for_disk(limit) {
