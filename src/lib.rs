@@ -41,6 +41,9 @@ pub mod api;
 pub mod bench;
 pub mod chat;
 pub mod engine;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 
 pub use chat::{ChatMessage, Grammar, Role};
 pub use engine::{

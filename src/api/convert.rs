@@ -388,5 +388,18 @@ fn convert_message(index: usize, message: WireMessage) -> Result<ChatMessage, Ap
     Ok(ChatMessage { role, content, name: message.name, tool_calls, tool_call_id: message.tool_call_id })
 }
 
+#[cfg(feature = "fuzzing")]
+impl crate::fuzzing::Api {
+    /// Parses and validates a chat-completions body as `POST /v1/chat/completions` does (on the
+    /// calling thread, without the conversion permits and timeout) for the model `model`
+    /// describes: the engine request, or the error the client would get.
+    ///
+    /// # Errors
+    /// The [`ApiError`] the endpoint answers with.
+    pub fn validate_request(body: &[u8], model: &ModelInfo) -> Result<GenerationRequest, ApiError> {
+        parse_json::<ChatCompletionRequest>(body)?.into_job(model).map(|job| job.request)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! Hugging Face chat templates rendered with minijinja, the way `transformers` renders them.
 
 use std::fmt::Write as _;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use minijinja::value::Kwargs;
@@ -34,6 +35,27 @@ pub enum TemplateError {
     /// Rendering failed for these messages (including `raise_exception` in the template).
     #[error("the chat template rejected the messages: {0}")]
     Render(String),
+    /// Rendering these messages went past the render limits (template steps, output length).
+    #[error("the chat template exceeded a limit rendering the messages: {0}")]
+    Limit(String),
+}
+
+/// Bounds on one rendering, so that no template (a GGUF's or a file's) takes unbounded time or
+/// produces unbounded output. Minijinja bounds some single operations itself (a repeated string
+/// is at most 100 MB, a `range` at most 100,000 items).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RenderLimits {
+    /// Minijinja fuel: most template instructions executed.
+    pub fuel: u64,
+    /// Longest rendered text, in bytes.
+    pub output_bytes: usize,
+}
+
+impl RenderLimits {
+    /// Real templates take tens of instructions per message (SmolLM2's about 25, the built-in
+    /// Gemma one about 50), so this fuel is a million messages and more (a few seconds); the
+    /// output bound is eight times the default request body limit, far beyond any context.
+    pub(crate) const DEFAULT: Self = Self { fuel: 50_000_000, output_bytes: 256 << 20 };
 }
 
 /// Where the chat template came from.
@@ -77,6 +99,7 @@ pub struct ChatTemplate {
     source: String,
     bos_token: String,
     eos_token: String,
+    limits: RenderLimits,
 }
 
 impl ChatTemplate {
@@ -85,7 +108,18 @@ impl ChatTemplate {
     /// # Errors
     /// [`TemplateError::Compile`] if it does not parse.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
+        Self::with_limits(source, bos_token, eos_token, RenderLimits::DEFAULT)
+    }
+
+    /// [`Self::new`] with other render limits.
+    pub(crate) fn with_limits(
+        source: &str,
+        bos_token: &str,
+        eos_token: &str,
+        limits: RenderLimits,
+    ) -> Result<Self, TemplateError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(limits.fuel));
         // transformers renders with trim_blocks and lstrip_blocks on.
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -95,7 +129,13 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
         env.add_template_owned(TEMPLATE_NAME, source.to_string()).map_err(|e| TemplateError::Compile(e.to_string()))?;
-        Ok(Self { env, source: source.to_string(), bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        Ok(Self {
+            env,
+            source: source.to_string(),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+            limits,
+        })
     }
 
     /// Picks the template for a model: a user file first, then the GGUF's own, then one known
@@ -133,7 +173,8 @@ impl ChatTemplate {
     /// Renders a conversation to prompt text.
     ///
     /// # Errors
-    /// [`TemplateError::Render`] when the template fails or calls `raise_exception`.
+    /// [`TemplateError::Render`] when the template fails or calls `raise_exception`;
+    /// [`TemplateError::Limit`] past the render limits.
     pub fn render(
         &self,
         messages: &[ChatMessage],
@@ -142,21 +183,58 @@ impl ChatTemplate {
     ) -> Result<String, TemplateError> {
         let messages: Vec<serde_json::Value> = messages.iter().map(ChatMessage::to_template_value).collect();
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Compile(e.to_string()))?;
-        template
-            .render(minijinja::context! {
+        let mut output = BoundedOutput { text: Vec::new(), limit: self.limits.output_bytes, overflowed: false };
+        let rendered = template.render_captured_to(
+            minijinja::context! {
                 messages => Value::from_serialize(&messages),
                 tools => tools.map(Value::from_serialize),
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
-            })
-            .map_err(|e| {
-                let message = match (e.kind(), e.detail()) {
-                    (ErrorKind::InvalidOperation, Some(detail)) => detail.to_string(),
-                    _ => e.to_string(),
-                };
-                TemplateError::Render(message)
-            })
+            },
+            &mut output,
+        );
+        if output.overflowed {
+            return Err(TemplateError::Limit(format!(
+                "the prompt would be longer than {} bytes",
+                self.limits.output_bytes
+            )));
+        }
+        if let Err(e) = rendered {
+            return Err(match (e.kind(), e.detail()) {
+                (ErrorKind::OutOfFuel, _) => TemplateError::Limit(format!(
+                    "rendering took more than {} template steps (is the template looping?)",
+                    self.limits.fuel
+                )),
+                (ErrorKind::InvalidOperation, Some(detail)) => TemplateError::Render(detail.to_string()),
+                _ => TemplateError::Render(e.to_string()),
+            });
+        }
+        // Minijinja writes whole `str`s, and a write past the limit is refused whole.
+        String::from_utf8(output.text).map_err(|e| TemplateError::Render(e.to_string()))
+    }
+}
+
+/// The rendered text, refusing writes past `limit` bytes: the output stops growing there, not
+/// after the whole rendering.
+struct BoundedOutput {
+    text: Vec<u8>,
+    limit: usize,
+    overflowed: bool,
+}
+
+impl io::Write for BoundedOutput {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        if self.text.len().saturating_add(bytes.len()) > self.limit {
+            self.overflowed = true;
+            return Err(io::Error::other("the output limit is reached"));
+        }
+        self.text.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -263,6 +341,62 @@ mod tests {
             arguments: r#"{"city": "Paris"}"#.into(),
         });
         assert_eq!(t.render(&[message], None, false).expect("renders"), "Paris");
+    }
+
+    fn limited(source: &str, fuel: u64, output_bytes: usize) -> ChatTemplate {
+        ChatTemplate::with_limits(source, "", "", RenderLimits { fuel, output_bytes }).expect("compiles")
+    }
+
+    #[test]
+    fn endless_loops_run_out_of_fuel() {
+        let nested = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}";
+        let err = limited(nested, 100_000, 1 << 20).render(&[], None, false).expect_err("out of fuel");
+        assert!(matches!(&err, TemplateError::Limit(m) if m.contains("100000 template steps")), "{err}");
+        // The default fuel too: 10^10 steps would take minutes.
+        let err =
+            ChatTemplate::new(nested, "", "").expect("compiles").render(&[], None, false).expect_err("out of fuel");
+        assert!(matches!(&err, TemplateError::Limit(m) if m.contains("template steps")), "{err}");
+    }
+
+    #[test]
+    fn output_stops_at_its_limit() {
+        let long = "{% for i in range(100000) %}{{ 'abcdefghij' }}{% endfor %}";
+        assert_eq!(limited(long, 1 << 20, 1_000_000).render(&[], None, false).expect("fits").len(), 1_000_000);
+        let err = limited(long, 1 << 20, 999_999).render(&[], None, false).expect_err("too long");
+        assert!(matches!(&err, TemplateError::Limit(m) if m.contains("longer than 999999 bytes")), "{err}");
+        // One write past the limit is refused whole, not cut.
+        let err = limited("{{ 'a' * 5000 }}", 100, 4_999).render(&[], None, false).expect_err("too long");
+        assert!(matches!(err, TemplateError::Limit(_)), "{err}");
+    }
+
+    #[test]
+    fn huge_repetitions_and_ranges_fail_before_allocating() {
+        for source in
+            ["{{ 'a' * 1000000000 }}", "{% for i in range(10**9) %}{% endfor %}", "{{ range(10**9) | length }}"]
+        {
+            let err = ChatTemplate::new(source, "", "").expect("compiles").render(&[], None, false).expect_err(source);
+            assert!(
+                matches!(&err, TemplateError::Render(m) if m.contains("too large") || m.contains("too many")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn real_templates_stay_far_below_the_limits() {
+        let messages: Vec<ChatMessage> =
+            (0..10_000)
+                .map(|i| {
+                    if i % 2 == 0 {
+                        ChatMessage::user(format!("question {i}"))
+                    } else {
+                        ChatMessage::assistant("answer")
+                    }
+                })
+                .collect();
+        let hundredth = RenderLimits { fuel: RenderLimits::DEFAULT.fuel / 100, ..RenderLimits::DEFAULT };
+        let gemma = ChatTemplate::with_limits(GEMMA_TEMPLATE, "<bos>", "<eos>", hundredth).expect("compiles");
+        assert!(gemma.render(&messages, None, true).is_ok(), "10,000 messages in a hundredth of the fuel");
     }
 
     #[test]

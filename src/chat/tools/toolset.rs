@@ -102,7 +102,7 @@ impl ToolError {
 }
 
 /// A tool after checking: its validator and the grammar of its arguments.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct CheckedTool {
     pub spec: ToolDefinition,
     validator: jsonschema::Validator,
@@ -112,8 +112,9 @@ pub(crate) struct CheckedTool {
     pub rule_prefix: String,
 }
 
-/// The tools of one request, checked: unique valid names, usable schemas.
-#[derive(Debug, Default)]
+/// The tools of one request, checked: unique valid names, usable schemas. Clones share the
+/// compiled validators.
+#[derive(Clone, Debug, Default)]
 pub struct ToolSet {
     tools: Vec<CheckedTool>,
 }
@@ -247,8 +248,9 @@ pub enum ReplyError {
     },
 }
 
-/// A JSON Schema the whole reply must match (`response_format`).
-#[derive(Debug)]
+/// A JSON Schema the whole reply must match (`response_format`). Clones share the compiled
+/// validator.
+#[derive(Clone, Debug)]
 pub struct OutputSchema {
     validator: jsonschema::Validator,
     /// GBNF; rules prefixed so that its root is `fw-json-root`.

@@ -1,0 +1,68 @@
+//! Request JSON → validation: arbitrary bytes as a `POST /v1/chat/completions` body.
+//!
+//! Input: the body. Its length picks the model's call format (`common::format`), so every
+//! format's grammar envelope is built.
+//!
+//! Checks: validation never panics; a refusal is a 4xx whose envelope is JSON naming the same
+//! field; an accepted body's messages and tools all reach the engine request, with sampling
+//! values in their documented ranges, at most the allowed stop strings (plus the format's
+//! openers when calls are not allowed), logit biases inside the vocabulary, and a grammar whose
+//! root rule is defined.
+
+#![no_main]
+
+mod common;
+
+use firstword::engine::TemplateSource;
+use firstword::fuzzing::Api;
+use firstword::{ModelInfo, Prompt};
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+
+fuzz_target!(|body: &[u8]| {
+    let format = common::format(body.len() as u8);
+    let model = ModelInfo {
+        id: "fuzz-model".into(),
+        architecture: "llama".into(),
+        n_ctx: 4096,
+        n_ctx_train: 8192,
+        n_vocab: 32_000,
+        n_swa: None,
+        template_source: TemplateSource::Gguf,
+        tool_format: format,
+        threads: 1,
+        threads_batch: 1,
+    };
+    let request = match Api::validate_request(body, &model) {
+        Ok(request) => request,
+        Err(error) => {
+            assert!(error.status().is_client_error(), "{:?}: {error}", error.status());
+            let envelope: Value = serde_json::from_str(&error.to_json()).expect("the envelope is JSON");
+            assert!(envelope["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{envelope}");
+            assert_eq!(envelope["error"]["param"].as_str(), error.param().as_deref(), "{envelope}");
+            return;
+        }
+    };
+    let Prompt::Chat { messages, tools } = &request.prompt else { panic!("a chat request") };
+    // Unknown fields are ignored unread, so they may hold numbers beyond f64 that `Value` refuses.
+    if let Ok(body) = serde_json::from_slice::<Value>(body) {
+        assert_eq!(Some(messages.len()), body["messages"].as_array().map(Vec::len), "every message");
+        assert_eq!(tools.len(), body["tools"].as_array().map_or(0, Vec::len), "every tool");
+    }
+    let sampling = &request.sampling;
+    assert!((0.0..=2.0).contains(&sampling.temperature) && (0.0..=1.0).contains(&sampling.top_p));
+    assert!((0.0..=1.0).contains(&sampling.min_p) && sampling.top_k >= 0 && sampling.repeat_penalty > 0.0);
+    assert!((0..=model.n_ctx as i32).contains(&sampling.repeat_last_n));
+    assert!(sampling
+        .logit_bias
+        .iter()
+        .all(|&(token, bias)| (0..model.n_vocab).contains(&token) && bias.abs() <= 100.0));
+    assert!(request.max_tokens.is_none_or(|m| m >= 1));
+    let openers = format.openers();
+    let asked: Vec<&String> = request.stop.iter().filter(|s| !openers.contains(&s.as_str())).collect();
+    assert!(asked.len() <= 4 && asked.iter().all(|s| s.len() <= 256), "{:?}", request.stop);
+    if let Some(grammar) = &request.grammar {
+        let root = format!("{} ::=", grammar.root);
+        assert!(grammar.gbnf.lines().any(|line| line.starts_with(&root)), "root defined: {}", grammar.gbnf);
+    }
+});

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs each cargo-fuzz target in fuzz/ for FUZZ_SECONDS seconds (default 60), one after the
+# other in one process each, and fails if any of them finds a crash (a panic, a failed check, a
+# timeout or too much memory; the input is saved under fuzz/artifacts/<target>/).
+#
+#   scripts/fuzz.sh                       every target
+#   FUZZ_SECONDS=600 scripts/fuzz.sh sse_frame
+#
+# Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`), and
+# models/SmolLM2-135M-Instruct.Q4_1.gguf (`make models`) for schema_grammar. The first build
+# compiles llama.cpp (minutes). No sanitizer: the code under test is safe Rust.
+#
+# Corpora: fuzz/corpus/<target>/seed-* are the committed seeds. Each run reads them and a
+# scratch corpus, fuzz/target/corpus/<target>/ (ignored by git, kept between runs), and adds
+# what it finds only to the scratch one; delete it to start from the seeds alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds="${FUZZ_SECONDS:-60}"
+if [ "$#" -gt 0 ]; then
+    targets=("$@")
+else
+    targets=(request_json chat_template tool_call_stream sse_frame schema_grammar)
+fi
+
+cargo +nightly fuzz build -s none
+failed=()
+for target in "${targets[@]}"; do
+    scratch="fuzz/target/corpus/$target"
+    log="fuzz/target/logs/$target.log"
+    mkdir -p "$scratch" "$(dirname "$log")"
+    echo "== $target: ${seconds}s"
+    status=0
+    cargo +nightly fuzz run -s none "$target" "$scratch" "fuzz/corpus/$target" -- \
+        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1 || status=$?
+    executions="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")"
+    echo "   executions: ${executions:-?} (log: $log)"
+    if [ "$status" -ne 0 ]; then
+        failed+=("$target")
+        grep -E '^(==[0-9]+== ERROR|thread .* panicked|SUMMARY|artifact_prefix|Test unit written)' "$log" | head -n 20 || true
+    fi
+done
+
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "crashes found in: ${failed[*]}" >&2
+    exit 1
+fi
+echo "no crashes"
