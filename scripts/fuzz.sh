@@ -31,13 +31,16 @@ for target in "${targets[@]}"; do
     mkdir -p "$scratch" "$(dirname "$log")"
     echo "== $target: ${seconds}s"
     status=0
-    cargo +nightly fuzz run -s none "$target" "$scratch" "fuzz/corpus/$target" -- \
+    # Without a sanitizer libFuzzer's timeout handler can deadlock in malloc (it has printed the
+    # input's bytes to the log by then): the outer timeout ends such a run.
+    timeout -s KILL $((seconds + 300)) cargo +nightly fuzz run -s none "$target" "$scratch" "fuzz/corpus/$target" -- \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1 || status=$?
     executions="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")"
     echo "   executions: ${executions:-?} (log: $log)"
     if [ "$status" -ne 0 ]; then
         failed+=("$target")
-        grep -E '^(==[0-9]+== ERROR|thread .* panicked|SUMMARY|artifact_prefix|Test unit written)' "$log" | head -n 20 || true
+        grep -E '^(==[0-9]+== ERROR|ALARM|thread .* panicked|SUMMARY|artifact_prefix|Test unit written)' "$log" | head -n 20 || true
+        [ "$status" -ne 137 ] || echo "   hung after a timeout: the input is the hex line after ALARM in the log"
     fi
 done
 

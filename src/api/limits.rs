@@ -152,6 +152,19 @@ impl SchemaWalk {
                         }
                     }
                 }
+                // Nothing matches a range that ends before it starts, and llama.cpp's grammar
+                // parser loops forever (allocating) on the string repetition `{2,1}` the
+                // converter writes for `minLength` 2, `maxLength` 1.
+                for (low, high) in
+                    [("minLength", "maxLength"), ("minItems", "maxItems"), ("minProperties", "maxProperties")]
+                {
+                    let bound = |key| object.get(key).and_then(Value::as_f64);
+                    if let (Some(min), Some(max)) = (bound(low), bound(high)) {
+                        if min > max {
+                            return Err(format!("'{low}' ({min}) is above '{high}' ({max}): no value matches"));
+                        }
+                    }
+                }
                 if let Some(Value::String(pattern)) = object.get("pattern") {
                     check_pattern(pattern)?;
                 }
@@ -227,6 +240,9 @@ mod tests {
             (deep, "nested deeper"),
             (json!({"type": "string", "maxLength": 1_000_000}), "'maxLength'"),
             (json!({"type": "string", "pattern": "^(a{200}){100}$"}), "repeats more than"),
+            // Found by fuzz/fuzz_targets/schema_grammar.rs: llama.cpp's grammar parser hung on it.
+            (json!({"type": "string", "minLength": 2, "maxLength": 1}), "'minLength' (2) is above 'maxLength' (1)"),
+            (json!({"type": "array", "minItems": 3, "maxItems": 0}), "'minItems' (3) is above 'maxItems' (0)"),
         ];
         for (schema, expected) in cases {
             let error = check_schema("response_format.json_schema.schema", &schema).expect_err(expected);
