@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     timings.prompt.as_secs_f64() * 1e3
                 ),
                 Event::Failed(e) => return Err(e.into()),
-                Event::Started { .. } => {}
+                Event::Started { .. } | Event::Logprobs(_) => {}
             }
         }
         conversation.push(ChatMessage::assistant(answer));

@@ -32,12 +32,12 @@ fn run(
         ChatMessage::user("Tell me a long story about the weather in Paris, then set a timer."),
     ];
     let request = GenerationRequest {
-        prompt: Prompt::Chat { messages, tools: tools.to_vec() },
+        prompt: Prompt::chat(messages, tools.to_vec()),
         max_tokens: Some(tokens),
-        stop: Vec::new(),
         sampling: SamplingParams { seed: Some(seed), ..SamplingParams::default() },
         grammar,
         preserved_tokens: format.markers().into_iter().map(String::from).collect(),
+        ..GenerationRequest::chat(Vec::new())
     };
     let mut generation = engine.submit(request).expect("submitted");
     while let Some(event) = generation.next_blocking() {
@@ -47,7 +47,7 @@ fn run(
                 return (usage.completion_tokens, f64::from(usage.completion_tokens) / seconds);
             }
             Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } | Event::Text(_) => {}
+            Event::Started { .. } | Event::Text(_) | Event::Logprobs(_) => {}
         }
     }
     panic!("no Finished event");

@@ -194,6 +194,15 @@ pub(crate) struct ServerArgs {
     /// full). Stops a model caught in a loop.
     #[arg(short = 'n', long = "n-predict", visible_alias = "predict", env = "FIRSTWORD_N_PREDICT", default_value_t = i64::from(EngineConfig::DEFAULT_N_PREDICT), allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..=i64::from(u32::MAX)))]
     pub n_predict: i64,
+    /// Most tokens a model that thinks may spend on its reasoning when a request sets no
+    /// reasoning_budget (-1: no limit); then the end of the reasoning is written for it and the
+    /// answer starts.
+    #[arg(long = "reasoning-budget", env = "FIRSTWORD_REASONING_BUDGET", default_value_t = -1, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..=i64::from(u32::MAX)))]
+    pub reasoning_budget: i64,
+    /// Responses of the Responses API kept in memory for previous_response_id (least recently
+    /// used dropped first; 0: none kept).
+    #[arg(long = "responses-store", value_name = "N", env = "FIRSTWORD_RESPONSES_STORE", default_value_t = ServeOptions::DEFAULT_RESPONSES_STORE)]
+    pub responses_store: usize,
     /// Require this key (`Authorization: Bearer KEY`) on every route but /health.
     #[arg(long = "api-key", value_name = "KEY", env = "FIRSTWORD_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
@@ -233,6 +242,7 @@ impl ServerArgs {
             max_body_bytes: self.max_body_bytes,
             api_keys: ApiKeys::new(keys),
             cors_origins,
+            responses_store: self.responses_store,
             ..ServeOptions::default()
         })
     }
@@ -324,6 +334,7 @@ impl ServeArgs {
             chat_template_file: model.chat_template_file.clone(),
             queue_size: self.server.queue_size,
             n_predict: u32::try_from(self.server.n_predict).ok(),
+            reasoning_budget: u32::try_from(self.server.reasoning_budget).ok(),
             speculation: SpeculationConfig {
                 mode: match speculation.spec {
                     SpecArg::Auto => SpecMode::Auto,

@@ -25,7 +25,7 @@
 //!         Event::Text(text) => answer.push_str(&text),
 //!         Event::Finished { usage, .. } => assert!(usage.completion_tokens <= 32),
 //!         Event::Failed(e) => return Err(e.into()),
-//!         Event::Started { .. } => {}
+//!         Event::Started { .. } | Event::Logprobs(_) => {}
 //!     }
 //! }
 //! assert!(!answer.is_empty());

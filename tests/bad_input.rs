@@ -96,7 +96,7 @@ async fn bad_requests_get_4xx_envelopes_and_change_nothing() {
         ("logit_bias key not a token", with(ok.clone(), "logit_bias", json!({"abc": 1})).to_string().into_bytes(), 400, Some("logit_bias")),
         ("logit_bias token outside vocab", with(ok.clone(), "logit_bias", json!({"99999999": 1})).to_string().into_bytes(), 400, Some("logit_bias")),
         ("logit_bias value out of range", with(ok.clone(), "logit_bias", json!({"5": 500})).to_string().into_bytes(), 400, Some("logit_bias")),
-        ("logprobs requested", with(ok.clone(), "logprobs", json!(true)).to_string().into_bytes(), 400, Some("logprobs")),
+        ("top_logprobs above 20", with(with(ok.clone(), "logprobs", json!(true)), "top_logprobs", json!(21)).to_string().into_bytes(), 400, Some("top_logprobs")),
         ("tool_choice required without tools", with(ok.clone(), "tool_choice", json!("required")).to_string().into_bytes(), 400, Some("tool_choice")),
         ("tool_choice names an unknown tool", with(with(ok.clone(), "tools", tools.clone()), "tool_choice", json!({"type": "function", "function": {"name": "launch_rocket"}})).to_string().into_bytes(), 400, Some("tool_choice")),
         ("tool_choice of an unknown kind", with(with(ok.clone(), "tools", tools.clone()), "tool_choice", json!("sometimes")).to_string().into_bytes(), 400, Some("tool_choice")),

@@ -14,17 +14,15 @@ fn run(engine: &Engine, prompt: Prompt, max_tokens: u32) -> (String, Usage, Fini
     let request = GenerationRequest {
         prompt,
         max_tokens: Some(max_tokens),
-        stop: Vec::new(),
         sampling: SamplingParams::greedy(),
-        grammar: None,
-        preserved_tokens: Vec::new(),
+        ..GenerationRequest::chat(Vec::new())
     };
     let Generated { text, usage, reason, .. } = generate(engine, request);
     (text, usage, reason)
 }
 
 fn chat(messages: Vec<ChatMessage>) -> Prompt {
-    Prompt::Chat { messages, tools: Vec::new() }
+    Prompt::chat(messages, Vec::new())
 }
 
 /// Turn 1 then turn 2 on `reused`; turn 2 again on a fresh engine with the same split.
@@ -121,10 +119,8 @@ fn gemma_without_a_template_uses_gemma_turns_and_stops_at_end_of_turn() {
     let request = GenerationRequest {
         prompt,
         max_tokens: Some(64),
-        stop: Vec::new(),
         sampling: SamplingParams { logit_bias: vec![(end_of_turn, 12.0)], ..SamplingParams::greedy() },
-        grammar: None,
-        preserved_tokens: Vec::new(),
+        ..GenerationRequest::chat(Vec::new())
     };
     let Generated { text, reason, usage, .. } = generate(&engine, request);
     assert_eq!(reason, FinishReason::Stop, "stopped at <end_of_turn>: {text:?}");

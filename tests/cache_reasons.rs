@@ -15,7 +15,7 @@ const SLACK: u32 = 8;
 /// A greedy chat request of at most `max_tokens`.
 fn ask(engine: &Engine, messages: &[ChatMessage], max_tokens: u32) -> Generated {
     let request = GenerationRequest {
-        prompt: Prompt::Chat { messages: messages.to_vec(), tools: Vec::new() },
+        prompt: Prompt::chat(messages.to_vec(), Vec::new()),
         max_tokens: Some(max_tokens),
         sampling: SamplingParams::greedy(),
         ..GenerationRequest::chat(Vec::new())

@@ -1,6 +1,7 @@
 //! The official `openai` Python SDK as the client of a real server: `tests/sdk/openai_conformance.py`
 //! checks text, streaming, errors, tool calls and structured output through the SDK's own request
-//! building and response parsing. `scripts/sdk-venv.sh` installs the pinned SDK (`make test` runs it
+//! building and response parsing; `tests/sdk/openai_surface.py` checks logprobs, text completions
+//! and the Responses API. `scripts/sdk-venv.sh` installs the pinned SDK (`make test` runs it
 //! first); a missing SDK fails the test rather than skipping it.
 
 mod common;
@@ -17,13 +18,23 @@ const SCRIPT_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_openai_python_sdk_reads_every_answer() {
+    run_script("openai_conformance.py").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_openai_python_sdk_reads_logprobs_completions_and_responses() {
+    run_script("openai_surface.py").await;
+}
+
+/// Runs `tests/sdk/<script>` against the shared server; fails when any of its checks failed.
+async fn run_script(script: &str) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let python = sdk_python(&root);
     let (_guard, server) = exclusive_server().await;
     let model = server.engine.model_info().expect("model loaded").id;
     let mut command = Command::new(python);
     // -u: the lines of the checks that ran come back even when a hang gets the script killed.
-    command.arg("-u").arg(root.join("tests/sdk/openai_conformance.py")).arg(format!("{}/v1", server.base)).arg(model);
+    command.arg("-u").arg(root.join("tests/sdk").join(script)).arg(format!("{}/v1", server.base)).arg(model);
     let (status, stdout, stderr) =
         tokio::task::spawn_blocking(move || run_with_timeout(command, SCRIPT_TIMEOUT)).await.expect("script runner");
     println!("{stdout}");

@@ -26,17 +26,15 @@ fn run(engine: &Engine, prompt: Prompt, max_tokens: u32) -> (String, Usage) {
     let request = GenerationRequest {
         prompt,
         max_tokens: Some(max_tokens),
-        stop: Vec::new(),
         sampling: SamplingParams::greedy(),
-        grammar: None,
-        preserved_tokens: Vec::new(),
+        ..GenerationRequest::chat(Vec::new())
     };
     let Generated { text, usage, .. } = generate(engine, request);
     (text, usage)
 }
 
 fn chat(messages: Vec<ChatMessage>) -> Prompt {
-    Prompt::Chat { messages, tools: Vec::new() }
+    Prompt::chat(messages, Vec::new())
 }
 
 /// A long system prompt that shares no text with [`long_system_prompt`] (about

@@ -49,7 +49,8 @@ fn smollm2_template_renders_byte_identical_to_llama_cpp() {
         for add_generation_prompt in [true, false] {
             let expected =
                 model.apply_chat_template(&gguf_template, &theirs, add_generation_prompt).expect("llama.cpp renders");
-            let rendered = template.render(&ours, None, add_generation_prompt).expect("minijinja renders");
+            let rendered =
+                template.render(&ours, None, add_generation_prompt, &Default::default()).expect("minijinja renders");
             assert_eq!(
                 rendered, expected,
                 "conversation {conversation:?}, add_generation_prompt {add_generation_prompt}"
@@ -60,7 +61,9 @@ fn smollm2_template_renders_byte_identical_to_llama_cpp() {
     // Without a system message the Jinja template inserts SmolLM's default one, as transformers
     // and llama-server's Jinja path do; llama.cpp's legacy C renderer (used above) skips the
     // template's logic, so here the expected text is the template's own output.
-    let rendered = template.render(&[ChatMessage::user("No system prompt here.")], None, true).expect("renders");
+    let rendered = template
+        .render(&[ChatMessage::user("No system prompt here.")], None, true, &Default::default())
+        .expect("renders");
     assert_eq!(
         rendered,
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nNo system prompt here.<|im_end|>\n<|im_start|>assistant\n"

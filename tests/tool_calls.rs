@@ -114,10 +114,9 @@ async fn every_format_grammar_parses_in_llama_cpp() {
             let request = GenerationRequest {
                 prompt: Prompt::Text("Call a tool:".into()),
                 max_tokens: Some(24),
-                stop: Vec::new(),
                 sampling: SamplingParams::greedy(),
                 grammar: Some(grammar),
-                preserved_tokens: Vec::new(),
+                ..GenerationRequest::chat(Vec::new())
             };
             let mut generation = server.engine.submit(request).expect("submitted");
             let mut text = String::new();
@@ -126,7 +125,7 @@ async fn every_format_grammar_parses_in_llama_cpp() {
                     Some(Event::Text(piece)) => text.push_str(&piece),
                     Some(Event::Finished { .. }) => break,
                     Some(Event::Failed(e)) => panic!("{format:?} {choice:?}: {e}"),
-                    Some(Event::Started { .. }) => {}
+                    Some(Event::Started { .. } | Event::Logprobs(_)) => {}
                     None => panic!("{format:?}: no end"),
                 }
             }
@@ -164,8 +163,7 @@ async fn tool_history_is_rendered_on_a_turn_without_tools() {
     ];
     let engine = server.engine.clone();
     let (rendered, expected) = tokio::task::spawn_blocking(move || {
-        let tokens =
-            |messages| engine.tokenize_blocking(&Prompt::Chat { messages, tools: Vec::new() }).expect("tokens");
+        let tokens = |messages| engine.tokenize_blocking(&Prompt::chat(messages, Vec::new())).expect("tokens");
         (tokens(history), tokens(written))
     })
     .await

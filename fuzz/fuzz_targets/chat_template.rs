@@ -21,7 +21,7 @@
 use std::sync::OnceLock;
 
 use firstword::chat::tools::{prepare_messages, ToolDefinition, ToolFormat};
-use firstword::chat::{ChatFormat, ChatTemplate, TemplateError, TemplateSource};
+use firstword::chat::{ChatFormat, ChatTemplate, TemplateError, TemplateKwargs, TemplateSource};
 use firstword::fuzzing::template_with_limits;
 use firstword::{ChatMessage, Role};
 use libfuzzer_sys::fuzz_target;
@@ -69,7 +69,7 @@ fuzz_target!(|data: &[u8]| {
                 Ok(rendered) => assert!(rendered.text.len() <= OUTPUT_BYTES, "{} bytes", rendered.text.len()),
                 Err(e) => assert!(matches!(e, TemplateError::Render(_) | TemplateError::Limit(_)), "{e}"),
             }
-            let _ = format.next_turn_prefix(&messages, &tools, &reply);
+            let _ = format.next_turn_prefix(&messages, &tools, &TemplateKwargs::new(), format.reply_message(&reply, false));
             return;
         }
         1 => smollm2,
@@ -85,7 +85,9 @@ fuzz_target!(|data: &[u8]| {
     if let [Some(first), Some(history)] = ends {
         assert!(first <= history, "landmarks in order");
     }
-    let prefix = format.next_turn_prefix(&messages, &tools, &reply).expect("a next-turn prefix");
+    let prefix = format
+        .next_turn_prefix(&messages, &tools, &TemplateKwargs::new(), format.reply_message(&reply, false))
+        .expect("a next-turn prefix");
     let mut next = messages;
     next.extend([ChatMessage::assistant(reply), ChatMessage::user("And then?")]);
     let next = format.render(&next, &tools).expect("the next turn renders");

@@ -30,6 +30,7 @@ fuzz_target!(|body: &[u8]| {
         n_swa: None,
         template_source: TemplateSource::Gguf,
         tool_format: format,
+        reasoning: None,
         threads: 1,
         threads_batch: 1,
     };
@@ -43,7 +44,7 @@ fuzz_target!(|body: &[u8]| {
             return;
         }
     };
-    let Prompt::Chat { messages, tools } = &request.prompt else { panic!("a chat request") };
+    let Prompt::Chat { messages, tools, .. } = &request.prompt else { panic!("a chat request") };
     // Unknown fields are ignored unread, so they may hold numbers beyond f64 that `Value` refuses.
     if let Ok(body) = serde_json::from_slice::<Value>(body) {
         assert_eq!(Some(messages.len()), body["messages"].as_array().map(Vec::len), "every message");

@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
         n_swa: None,
         template_source: TemplateSource::Gguf,
         tool_format: format,
+        reasoning: None,
         threads: 1,
         threads_batch: 1,
     };

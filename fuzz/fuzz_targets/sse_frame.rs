@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
     let run = |pieces: &[&str]| {
         let tools = (options & 2 != 0).then(|| common::tools().clone());
         let schema = (options & 4 != 0).then(|| schema().clone());
-        let mut events = vec![Some(Event::Started { prompt_tokens: 10, cached_tokens: 4 })];
+        let mut events = vec![Some(Event::Started { prompt_tokens: 10, cached_tokens: 4, in_reasoning: false })];
         events.extend(pieces.iter().map(|piece| Some(Event::Text(piece.to_string()))));
         let mut events = events.into_iter();
         let transcript =

@@ -1,5 +1,6 @@
 //! Shaping generated text into the answer: plain content, or content and tool calls, checked
-//! against their schemas before the answer is complete.
+//! against their schemas before the answer is complete. A thinking model's reasoning is split
+//! off first: it is never content, and calls are looked for in the answer only.
 //!
 //! Small models asked for calls with parallel calls allowed tend to repeat the same call until
 //! the token limit. A repeated call (same function, same arguments) is never useful, so the
@@ -11,11 +12,16 @@ use super::convert::OutputPlan;
 use super::error::OutputError;
 use super::wire::{Delta, FunctionCall, FunctionDelta, ResponseToolCall, ToolCallDelta};
 use crate::chat::tools::{ParsedCall, ParsedPiece, ToolCallParser};
+use crate::chat::{ReasoningSplitter, Split};
 use crate::engine::FinishReason;
 
 /// Follows one reply as its text arrives.
 pub(super) struct AnswerShaper {
     plan: OutputPlan,
+    /// Splits a thinking model's reasoning from its answer.
+    reasoning: Option<ReasoningSplitter>,
+    /// All reasoning sent so far.
+    reasoning_text: String,
     parser: Option<ToolCallParser>,
     /// Ids of the calls sent so far, by index.
     call_ids: Vec<String>,
@@ -44,13 +50,16 @@ pub(super) struct Ending {
     pub finish_reason: &'static str,
     /// All content, `None` if there was none and the reply made calls.
     pub content: Option<String>,
+    /// The model's reasoning, `None` if it wrote none.
+    pub reasoning: Option<String>,
     /// The calls, complete with their ids.
     pub calls: Vec<ResponseToolCall>,
 }
 
 impl AnswerShaper {
-    /// A shaper for a reply made under `plan`.
-    pub(super) fn new(plan: OutputPlan) -> Self {
+    /// A shaper for a reply made under `plan`; `in_reasoning` when the prompt opened the
+    /// model's reasoning.
+    pub(super) fn new(plan: OutputPlan, in_reasoning: bool) -> Self {
         let parser = plan.tools.as_ref().map(|tools| {
             let parser = ToolCallParser::new(plan.format).with_tools(tools);
             // Without a response format, the grammar makes a reply that opens with a JSON
@@ -61,11 +70,41 @@ impl AnswerShaper {
                 parser
             }
         });
-        Self { plan, parser, call_ids: Vec::new(), content: String::new(), held: None, cut_at: None }
+        let reasoning = plan.reasoning.map(|format| ReasoningSplitter::new(format, in_reasoning));
+        Self {
+            plan,
+            reasoning,
+            reasoning_text: String::new(),
+            parser,
+            call_ids: Vec::new(),
+            content: String::new(),
+            held: None,
+            cut_at: None,
+        }
     }
 
     /// The deltas for newly generated text (none while markers may be forming).
     pub(super) fn text(&mut self, text: String) -> Shaped {
+        match self.reasoning.as_mut().map(|splitter| splitter.push(&text)) {
+            Some(split) => self.split_text(split),
+            None => self.answer_text(text),
+        }
+    }
+
+    /// The deltas for text split into reasoning and answer.
+    fn split_text(&mut self, split: Split) -> Shaped {
+        let mut deltas = Vec::new();
+        if !split.reasoning.is_empty() {
+            self.reasoning_text.push_str(&split.reasoning);
+            deltas.push(Delta { reasoning_content: Some(split.reasoning), ..Delta::default() });
+        }
+        let answer = self.answer_text(split.content);
+        deltas.extend(answer.deltas);
+        Shaped { deltas, done: answer.done }
+    }
+
+    /// The deltas for newly generated answer text.
+    fn answer_text(&mut self, text: String) -> Shaped {
         let Some(mut parser) = self.parser.take() else {
             self.content.push_str(&text);
             let deltas =
@@ -85,10 +124,15 @@ impl AnswerShaper {
     /// When a finished call's arguments or a JSON reply do not match their schema, or when the
     /// reply stopped inside a call (a call is never returned half written as "stop").
     pub(super) fn finish(mut self, reason: FinishReason) -> Result<Ending, OutputError> {
+        let held = match self.reasoning.as_mut().map(ReasoningSplitter::finish) {
+            Some(split) => self.split_text(split).deltas,
+            None => Vec::new(),
+        };
         let (deltas, mut calls) = match self.parser.take() {
             Some(parser) => {
                 let (pieces, calls) = parser.finish();
-                let mut deltas = self.deltas(pieces, &calls);
+                let mut deltas = held;
+                deltas.extend(self.deltas(pieces, &calls));
                 if let Some((index, held)) = self.held.take() {
                     if !is_repeat(&calls, index) {
                         deltas.extend(self.send(held));
@@ -98,7 +142,7 @@ impl AnswerShaper {
                 }
                 (deltas, calls)
             }
-            None => (Vec::new(), Vec::new()),
+            None => (held, Vec::new()),
         };
         calls.truncate(self.cut_at.unwrap_or(usize::MAX));
         if reason == FinishReason::Stop {
@@ -129,7 +173,8 @@ impl AnswerShaper {
             })
             .collect();
         let content = (!self.content.is_empty() || calls.is_empty()).then_some(self.content);
-        Ok(Ending { deltas, finish_reason, content, calls })
+        let reasoning = (!self.reasoning_text.is_empty()).then_some(self.reasoning_text);
+        Ok(Ending { deltas, finish_reason, content, reasoning, calls })
     }
 
     /// Deltas for parsed pieces, holding calls that may repeat an earlier one.

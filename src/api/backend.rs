@@ -3,6 +3,8 @@
 
 use futures_util::future::BoxFuture;
 
+use crate::chat::tools::ToolDefinition;
+use crate::chat::{ChatMessage, TemplateKwargs};
 use crate::engine::{
     CacheStatus, EngineError, EngineLoad, Event, Generation, GenerationRequest, ModelInfo, PrefillReport,
 };
@@ -40,6 +42,34 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Requests running and waiting.
     fn load(&self) -> EngineLoad;
+
+    /// `text`'s token ids.
+    ///
+    /// # Errors
+    /// Not loaded, or text that cannot be tokenized safely.
+    fn tokenize(
+        &self,
+        text: String,
+        add_special: bool,
+        parse_special: bool,
+    ) -> BoxFuture<'_, Result<Vec<i32>, EngineError>>;
+
+    /// Each token's bytes.
+    ///
+    /// # Errors
+    /// Not loaded, or an id outside the vocabulary.
+    fn token_pieces(&self, tokens: &[i32]) -> Result<Vec<Vec<u8>>, EngineError>;
+
+    /// The prompt text of a chat.
+    ///
+    /// # Errors
+    /// Not loaded, or the template rejected the messages.
+    fn chat_prompt_text(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDefinition],
+        kwargs: &TemplateKwargs,
+    ) -> Result<String, EngineError>;
 }
 
 /// A queued prefill's outcome. Dropping it cancels the prefill.
@@ -77,6 +107,28 @@ impl Backend for Engine {
 
     fn load(&self) -> EngineLoad {
         Engine::load(self)
+    }
+
+    fn tokenize(
+        &self,
+        text: String,
+        add_special: bool,
+        parse_special: bool,
+    ) -> BoxFuture<'_, Result<Vec<i32>, EngineError>> {
+        Box::pin(Engine::tokenize(self, text, add_special, parse_special))
+    }
+
+    fn token_pieces(&self, tokens: &[i32]) -> Result<Vec<Vec<u8>>, EngineError> {
+        Engine::token_pieces(self, tokens)
+    }
+
+    fn chat_prompt_text(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDefinition],
+        kwargs: &TemplateKwargs,
+    ) -> Result<String, EngineError> {
+        Engine::chat_prompt_text(self, messages, tools, kwargs)
     }
 }
 

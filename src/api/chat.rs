@@ -1,4 +1,5 @@
-//! `POST /v1/chat/completions`, streaming (SSE) and not.
+//! `POST /v1/chat/completions`, streaming (SSE) and not; and what the completion endpoints
+//! share: submitting a job, relaying its events as a stream, collecting a whole answer.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -9,16 +10,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, Stream, StreamExt};
 
-use super::answer::AnswerShaper;
+use super::answer::{AnswerShaper, Ending};
 use super::backend::EventSource;
-use super::convert::{prepare_job, ChatJob};
+use super::convert::{prepare, ChatBody, ChatJob};
 use super::error::ApiError;
-use super::extract::read_json;
-use super::frame::{ResponseMeta, SseFramer};
+use super::extract::read_body;
+use super::frame::{Frames, ResponseMeta, SseFramer};
 use super::request_log::RequestRecord;
-use super::wire::ChatCompletionRequest;
 use super::{unix_now, AppState};
-use crate::engine::Event;
+use crate::engine::{Event, GenerationRequest, Timings, TokenLogprob, Usage};
 
 /// The handler.
 pub(super) async fn chat_completions(
@@ -28,46 +28,74 @@ pub(super) async fn chat_completions(
     let record = RequestRecord::of(&request);
     fail::fail_point!("api::chat");
     let job = read_chat_job(&state, request).await?;
-    let mut events = state.engine.submit(job.request)?;
-    // Rejections the engine finds (prompt too long, ...) arrive before `Started`: answer them
-    // with a proper status instead of a 200 stream.
-    match events.next().await {
-        Some(Event::Started { .. }) => {}
-        Some(Event::Failed(e)) => return Err(e.into()),
-        _ => return Err(ApiError::EngineStopped),
-    }
-    let id = format!("chatcmpl-{}", random_id());
-    let meta = ResponseMeta { id, model: job.model, created: unix_now() };
-    let shaper = AnswerShaper::new(job.output);
+    let logprobs = job.request.logprobs.is_some();
+    let (events, in_reasoning) = start(&state, job.request).await?;
+    let meta = ResponseMeta { id: format!("chatcmpl-{}", random_id()), model: job.model, created: unix_now() };
+    let shaper = AnswerShaper::new(job.output, in_reasoning);
     if job.stream {
-        Ok(stream_response(events, SseFramer::new(meta, shaper, job.include_usage), record).into_response())
+        Ok(stream_response(events, SseFramer::new(meta, shaper, job.include_usage, logprobs), record).into_response())
     } else {
-        complete_response(events, shaper, &meta, &record).await
+        let answer = collect(events, shaper, &record).await?;
+        let logprobs = logprobs.then_some(answer.logprobs);
+        Ok(Json(meta.completion(answer.ending, answer.usage, answer.timings, logprobs)).into_response())
     }
 }
 
 /// Reads and checks a chat-completions body (also `/v1/prefill`'s) into an engine job.
 pub(super) async fn read_chat_job(state: &AppState, request: Request) -> Result<ChatJob, ApiError> {
     let model = state.engine.model_info()?;
-    // Refused before the body is read when it could not run anyway, or when enough bodies are
-    // being read already: concurrent large bodies would otherwise take unbounded memory.
+    let bytes = read_admitted_body(state, request).await?;
+    prepare(&state.conversions, move || ChatBody::parse(&bytes)?.into_job(&model)).await
+}
+
+/// Reads a request's body once the engine could run it. Refused before the body is read when
+/// it could not run anyway, or when enough bodies are being read already: concurrent large
+/// bodies would otherwise take unbounded memory.
+pub(super) async fn read_admitted_body(state: &AppState, request: Request) -> Result<axum::body::Bytes, ApiError> {
     state.engine.ensure_room()?;
     let _reading = state.bodies.try_acquire().map_err(|_| ApiError::Busy("read"))?;
-    let body: ChatCompletionRequest = read_json(request, state.body_timeout).await?;
-    prepare_job(&state.conversions, body, model).await
+    read_body(request, state.body_timeout).await
+}
+
+/// Submits `request` and waits until the engine accepts it: rejections the engine finds
+/// (prompt too long, ...) arrive before `Started` and are answered with their own status
+/// instead of a 200 stream. Returns the events and whether the prompt opened the model's
+/// reasoning.
+pub(super) async fn start(
+    state: &AppState,
+    request: GenerationRequest,
+) -> Result<(Box<dyn EventSource>, bool), ApiError> {
+    let mut events = state.engine.submit(request)?;
+    match events.next().await {
+        Some(Event::Started { in_reasoning, .. }) => Ok((events, in_reasoning)),
+        Some(Event::Failed(e)) => Err(e.into()),
+        _ => Err(ApiError::EngineStopped),
+    }
 }
 
 /// 24 random alphanumerics, for response ids.
-fn random_id() -> String {
+pub(super) fn random_id() -> String {
     std::iter::repeat_with(fastrand::alphanumeric).take(24).collect()
 }
 
-async fn complete_response(
+/// A whole answer, collected from its events.
+pub(super) struct Collected {
+    /// The shaped answer.
+    pub ending: Ending,
+    pub usage: Usage,
+    pub timings: Timings,
+    /// The tokens' log-probabilities (empty unless they were asked for).
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+/// Reads `events` to the end of the answer through `shaper` (noting them in `record` for the
+/// request's log line).
+pub(super) async fn collect(
     mut events: Box<dyn EventSource>,
     mut shaper: AnswerShaper,
-    meta: &ResponseMeta,
     record: &RequestRecord,
-) -> Result<Response, ApiError> {
+) -> Result<Collected, ApiError> {
+    let mut logprobs = Vec::new();
     loop {
         let event = events.next().await;
         if let Some(event) = &event {
@@ -79,9 +107,9 @@ async fn complete_response(
                     events.finish_now();
                 }
             }
+            Some(Event::Logprobs(tokens)) => logprobs.extend(tokens),
             Some(Event::Finished { reason, usage, timings }) => {
-                let ending = shaper.finish(reason)?;
-                return Ok(Json(meta.completion(ending, usage, timings)).into_response());
+                return Ok(Collected { ending: shaper.finish(reason)?, usage, timings, logprobs });
             }
             Some(Event::Failed(e)) => return Err(e.into()),
             Some(Event::Started { .. }) => {}
@@ -90,28 +118,100 @@ async fn complete_response(
     }
 }
 
+/// Turns engine events into a stream's SSE events.
+pub(super) trait EventFramer: Send + 'static {
+    /// What the stream opens with, before any event.
+    fn first_events(&mut self) -> Vec<SsePayload>;
+
+    /// What the next event (`None`: the events ended) becomes.
+    fn frame(&mut self, event: Option<Event>) -> Framed;
+}
+
+/// One SSE event to send: its name (`event:`), if it has one, and its data.
+#[derive(Debug)]
+pub(super) struct SsePayload {
+    pub name: Option<&'static str>,
+    pub data: String,
+}
+
+impl SsePayload {
+    /// An event without a name.
+    pub(super) fn data(data: String) -> Self {
+        Self { name: None, data }
+    }
+
+    fn into_event(self) -> SseEvent {
+        let event = SseEvent::default().data(self.data);
+        match self.name {
+            Some(name) => event.event(name),
+            None => event,
+        }
+    }
+}
+
+/// What one engine event became in a stream.
+pub(super) struct Framed {
+    /// SSE events to send, in order.
+    pub events: Vec<SsePayload>,
+    /// The reply is complete: generation should end now.
+    pub finish_now: bool,
+    /// The stream is over: no event is read after these.
+    pub done: bool,
+}
+
+impl EventFramer for SseFramer {
+    fn first_events(&mut self) -> Vec<SsePayload> {
+        vec![SsePayload::data(self.opening())]
+    }
+
+    fn frame(&mut self, event: Option<Event>) -> Framed {
+        let Frames { data, finish_now, done } = self.push(event);
+        Framed { events: data.into_iter().map(SsePayload::data).collect(), finish_now, done }
+    }
+}
+
+/// The next event through `framer` (noted in `record`); ends generation when the framer says
+/// the reply is complete.
+async fn next_framed(
+    events: &mut Box<dyn EventSource>,
+    framer: &mut impl EventFramer,
+    record: &RequestRecord,
+) -> Framed {
+    let event = events.next().await;
+    if let Some(event) = &event {
+        record.observe(event);
+    }
+    let framed = framer.frame(event);
+    if framed.finish_now {
+        events.finish_now();
+    }
+    framed
+}
+
+/// Reads `events` through `framer` until it says the stream is done, without sending what it
+/// frames: for an answer that is the stream's final state.
+pub(super) async fn run_to_end(
+    mut events: Box<dyn EventSource>,
+    framer: &mut impl EventFramer,
+    record: &RequestRecord,
+) {
+    while !next_framed(&mut events, framer, record).await.done {}
+}
+
 /// Relays `events` through `framer` until it says the stream is done (noting them in `record`
 /// for the request's log line).
-fn stream_response(
+pub(super) fn stream_response(
     events: Box<dyn EventSource>,
-    framer: SseFramer,
+    mut framer: impl EventFramer,
     record: RequestRecord,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let opening = stream::once(std::future::ready(framer.opening()));
+    let opening = stream::iter(framer.first_events());
     let relayed = stream::unfold(Some((events, framer, record)), |state| async move {
         let (mut events, mut framer, record) = state?;
-        let event = events.next().await;
-        if let Some(event) = &event {
-            record.observe(event);
-        }
-        let frames = framer.push(event);
-        if frames.finish_now {
-            events.finish_now();
-        }
-        let next = (!frames.done).then_some((events, framer, record));
-        Some((stream::iter(frames.data), next))
+        let framed = next_framed(&mut events, &mut framer, &record).await;
+        let next = (!framed.done).then_some((events, framer, record));
+        Some((stream::iter(framed.events), next))
     })
     .flatten();
-    let payloads = opening.chain(relayed);
-    Sse::new(payloads.map(|data| Ok(SseEvent::default().data(data)))).keep_alive(KeepAlive::default())
+    Sse::new(opening.chain(relayed).map(|payload| Ok(payload.into_event()))).keep_alive(KeepAlive::default())
 }

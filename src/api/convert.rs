@@ -11,11 +11,12 @@ use tokio::sync::Semaphore;
 
 use super::error::{ApiError, Refusal};
 use super::extract::parse_json;
-use super::limits::{check_schema, check_stops, too_many, MAX_LOGIT_BIAS, MAX_TOOLS};
-use super::wire::{ChatCompletionRequest, Content, Stop, WireMessage};
+use super::limits::{check_schema, too_many, MAX_TOOLS};
+use super::sampling::{token_limit, SamplingFields};
+use super::wire::{ChatCompletionRequest, Content, WireMessage};
 use crate::chat::tools::{request_grammar, OutputSchema, ToolChoice, ToolDefinition, ToolFormat, ToolSet};
-use crate::chat::{ChatMessage, Role, ToolCall};
-use crate::engine::{GenerationRequest, ModelInfo, Prompt, SamplingParams, LARGE_STACK_BYTES};
+use crate::chat::{ChatMessage, Grammar, ReasoningFormat, Role, TemplateKwargs, ToolCall};
+use crate::engine::{GenerationRequest, ModelInfo, Prompt, LARGE_STACK_BYTES, MAX_TOP_LOGPROBS};
 
 /// A validated request: what to run and how to answer.
 #[derive(Debug)]
@@ -41,123 +42,203 @@ pub(crate) struct OutputPlan {
     pub tools: Option<ToolSet>,
     /// The schema a JSON reply must match.
     pub schema: Option<OutputSchema>,
+    /// The markers of a thinking model's reasoning, which the answer leaves out.
+    pub reasoning: Option<ReasoningFormat>,
 }
 
-fn in_range(param: &str, value: Option<f64>, min: f64, max: f64) -> Result<Option<f32>, ApiError> {
-    match value {
-        Some(v) if !(min..=max).contains(&v) => {
-            Err(ApiError::invalid(param, format!("'{param}' must be between {min} and {max}, got {v}")))
-        }
-        other => Ok(other.map(|v| v as f32)),
+/// A chat-completions body: the chat's own fields and those it shares with text completions,
+/// read from the same bytes.
+#[derive(Debug)]
+pub(crate) struct ChatBody {
+    chat: ChatCompletionRequest,
+    shared: SamplingFields,
+}
+
+/// The `reasoning_effort` values OpenAI defines.
+const REASONING_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
+
+/// Template variables the conversation itself sets; a request cannot replace them.
+const RESERVED_TEMPLATE_VARIABLES: &[&str] = &["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
+
+impl ChatBody {
+    /// Parses a body.
+    ///
+    /// # Errors
+    /// A 400 naming the field at fault.
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
+        Ok(Self { chat: parse_json(bytes)?, shared: parse_json(bytes)? })
     }
-}
 
-impl ChatCompletionRequest {
     /// Validates the request against the model and builds the engine request.
     pub(crate) fn into_job(self, model: &ModelInfo) -> Result<ChatJob, ApiError> {
-        if let Some(n) = self.n.filter(|&n| n != 1) {
-            return Err(ApiError::invalid("n", format!("only n=1 is supported, got {n}")));
-        }
-        if self.logprobs == Some(true) || self.top_logprobs.is_some_and(|n| n > 0) {
-            return Err(ApiError::invalid("logprobs", "logprobs are not supported by this server"));
-        }
-        let messages = convert_messages(self.messages)?;
-        let definitions = convert_tools(self.tools.unwrap_or_default())?;
-        let choice = convert_tool_choice(self.tool_choice)?;
-        let tools = ToolSet::new(definitions.clone())?;
-        tools.check_choice(&choice)?;
-        let schema = convert_response_format(self.response_format)?;
-        let parallel = self.parallel_tool_calls.unwrap_or(true);
-        let grammar = request_grammar(model.tool_format, &tools, &choice, parallel, schema.as_ref());
-
-        let max_tokens = match self.max_completion_tokens.or(self.max_tokens) {
-            None => None,
-            Some(m) if m < 1 => {
-                let param = if self.max_completion_tokens.is_some() { "max_completion_tokens" } else { "max_tokens" };
-                return Err(ApiError::invalid(param, format!("'{param}' must be at least 1, got {m}")));
-            }
-            Some(m) => Some(u32::try_from(m).unwrap_or(u32::MAX)),
+        let Self { chat, mut shared } = self;
+        let sampling = shared.sampling(model)?;
+        let logprobs = chat_logprobs(chat.logprobs, chat.top_logprobs)?;
+        let messages = convert_messages(chat.messages)?;
+        let definitions = convert_tools(chat.tools.unwrap_or_default(), FunctionShape::Nested)?;
+        let choice = convert_tool_choice(chat.tool_choice, FunctionShape::Nested)?;
+        let schema = convert_output_format(chat.response_format, "response_format", FunctionShape::Nested)?;
+        let parallel = chat.parallel_tool_calls.unwrap_or(true);
+        let constraints = Constraints::new(model, &definitions, &choice, parallel, schema)?;
+        let max_tokens = match chat.max_completion_tokens {
+            Some(_) => token_limit("max_completion_tokens", chat.max_completion_tokens)?,
+            None => token_limit("max_tokens", shared.max_tokens)?,
         };
-        let defaults = SamplingParams::default();
-        let top_k = match self.top_k {
-            Some(k) if k < 0 => return Err(ApiError::invalid("top_k", format!("'top_k' must be 0 or more, got {k}"))),
-            Some(k) => i32::try_from(k).unwrap_or(i32::MAX),
-            None => defaults.top_k,
-        };
-        let repeat_last_n = match self.repeat_last_n {
-            Some(n) if n < 0 || n > i64::from(model.n_ctx) => {
-                return Err(ApiError::invalid(
-                    "repeat_last_n",
-                    format!("'repeat_last_n' must be between 0 and the context size {}, got {n}", model.n_ctx),
-                ))
-            }
-            Some(n) => i32::try_from(n).unwrap_or(i32::MAX),
-            None => defaults.repeat_last_n,
-        };
-        let sampling = SamplingParams {
-            temperature: in_range("temperature", self.temperature, 0.0, 2.0)?.unwrap_or(defaults.temperature),
-            top_p: in_range("top_p", self.top_p, 0.0, 1.0)?.unwrap_or(defaults.top_p),
-            top_k,
-            min_p: in_range("min_p", self.min_p, 0.0, 1.0)?.unwrap_or(defaults.min_p),
-            // Any integer is a valid seed; llama.cpp takes 32 bits.
-            seed: self.seed.map(|s| s as u32),
-            presence_penalty: in_range("presence_penalty", self.presence_penalty, -2.0, 2.0)?.unwrap_or(0.0),
-            frequency_penalty: in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?.unwrap_or(0.0),
-            repeat_penalty: match in_range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)? {
-                Some(p) if p <= 0.0 => {
-                    return Err(ApiError::invalid("repeat_penalty", "'repeat_penalty' must be above 0 (1 disables it)"))
-                }
-                other => other.unwrap_or(defaults.repeat_penalty),
-            },
-            repeat_last_n,
-            logit_bias: convert_logit_bias(self.logit_bias, model.n_vocab)?,
-        };
-        let mut stop = match self.stop {
-            None => Vec::new(),
-            Some(Stop::One(s)) => vec![s],
-            Some(Stop::Many(list)) => list,
-        };
-        check_stops(&stop)?;
-        let calls_allowed = !tools.is_empty() && choice != ToolChoice::None;
-        if !tools.is_empty() && !calls_allowed {
-            // The tools stay in the prompt (so it stays cached), but a call must not start.
-            stop.extend(model.tool_format.openers().into_iter().map(String::from));
-        }
-        let include_usage = self.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
+        let mut stop = shared.stops()?;
+        stop.extend(constraints.stop);
+        let template_kwargs = template_kwargs(chat.chat_template_kwargs, chat.reasoning_effort, "reasoning_effort")?;
         Ok(ChatJob {
             request: GenerationRequest {
-                prompt: Prompt::Chat { messages, tools: definitions },
+                prompt: Prompt::Chat { messages, tools: definitions, template_kwargs },
                 max_tokens,
                 stop,
                 sampling,
-                grammar,
-                preserved_tokens: if tools.is_empty() {
-                    Vec::new()
-                } else {
-                    model.tool_format.markers().into_iter().map(String::from).collect()
-                },
+                grammar: constraints.grammar,
+                preserved_tokens: constraints.preserved_tokens,
+                logprobs,
+                reasoning_budget: reasoning_budget("reasoning_budget", chat.reasoning_budget)?,
             },
-            stream: self.stream.unwrap_or(false),
-            include_usage,
-            model: self.model.filter(|m| !m.is_empty()).unwrap_or_else(|| model.id.clone()),
-            output: OutputPlan { format: model.tool_format, tools: calls_allowed.then_some(tools), schema },
+            stream: shared.stream.unwrap_or(false),
+            include_usage: shared.include_usage(),
+            model: shared.model_name(model),
+            output: constraints.output,
         })
     }
+}
+
+/// What a request's tools, tool choice and output schema make of its generation.
+#[derive(Debug)]
+pub(crate) struct Constraints {
+    /// The grammar of calls and JSON output.
+    pub grammar: Option<Grammar>,
+    /// Stop strings that keep a call from starting where calls are not allowed.
+    pub stop: Vec<String>,
+    /// The call format's markers, shown as text.
+    pub preserved_tokens: Vec<String>,
+    /// How the generated text becomes the answer.
+    pub output: OutputPlan,
+}
+
+impl Constraints {
+    /// The constraints of `definitions` (checked) under `choice`, with `parallel` calls or
+    /// not, and a JSON reply's `schema`.
+    ///
+    /// # Errors
+    /// Tools that cannot be used, or a choice naming no given tool.
+    pub(crate) fn new(
+        model: &ModelInfo,
+        definitions: &[ToolDefinition],
+        choice: &ToolChoice,
+        parallel: bool,
+        schema: Option<OutputSchema>,
+    ) -> Result<Self, ApiError> {
+        let tools = ToolSet::new(definitions.to_vec())?;
+        tools.check_choice(choice)?;
+        let grammar = request_grammar(model.tool_format, &tools, choice, parallel, schema.as_ref());
+        let calls_allowed = !tools.is_empty() && *choice != ToolChoice::None;
+        // Without calls allowed the tools stay in the prompt (so it stays cached), but a call
+        // must not start.
+        let stop = if tools.is_empty() || calls_allowed {
+            Vec::new()
+        } else {
+            model.tool_format.openers().into_iter().map(String::from).collect()
+        };
+        let preserved_tokens = if tools.is_empty() {
+            Vec::new()
+        } else {
+            model.tool_format.markers().into_iter().map(String::from).collect()
+        };
+        let output = OutputPlan {
+            format: model.tool_format,
+            tools: calls_allowed.then_some(tools),
+            schema,
+            reasoning: model.reasoning,
+        };
+        Ok(Self { grammar, stop, preserved_tokens, output })
+    }
+}
+
+/// `logprobs` and `top_logprobs`: how many alternatives each token's entry lists, `None`
+/// when log-probabilities are off.
+fn chat_logprobs(logprobs: Option<bool>, top: Option<i64>) -> Result<Option<u32>, ApiError> {
+    let top = top_logprobs(top)?;
+    if let (Some(n), false) = (top, logprobs == Some(true)) {
+        return Err(ApiError::invalid("top_logprobs", format!("'top_logprobs' ({n}) needs 'logprobs': true")));
+    }
+    Ok((logprobs == Some(true)).then_some(top.unwrap_or(0)))
+}
+
+/// `top_logprobs`, checked against OpenAI's range.
+///
+/// # Errors
+/// A 400 outside 0..=20.
+pub(crate) fn top_logprobs(top: Option<i64>) -> Result<Option<u32>, ApiError> {
+    match top {
+        Some(n) if !(0..=i64::from(MAX_TOP_LOGPROBS)).contains(&n) => Err(ApiError::invalid(
+            "top_logprobs",
+            format!("'top_logprobs' must be between 0 and {MAX_TOP_LOGPROBS}, got {n}"),
+        )),
+        top => Ok(top.map(|n| n as u32)),
+    }
+}
+
+/// `reasoning_budget` (the field `param`): a count of tokens, or -1 for no limit (overriding
+/// the server's).
+pub(crate) fn reasoning_budget(param: &str, budget: Option<i64>) -> Result<Option<u32>, ApiError> {
+    match budget {
+        None => Ok(None),
+        Some(-1) => Ok(Some(u32::MAX)),
+        Some(n) if n < 0 => {
+            Err(ApiError::invalid(param, format!("'{param}' must be a number of tokens, or -1 for no limit; got {n}")))
+        }
+        Some(n) => Ok(Some(u32::try_from(n).unwrap_or(u32::MAX))),
+    }
+}
+
+/// The chat template's extra variables: `kwargs` as given (none may replace the
+/// conversation's own), and the reasoning `effort` (from the field `effort_param`) as
+/// `reasoning_effort`; effort `none` also sets `enable_thinking` false, the switch of
+/// Qwen3-style templates, unless the request sets it.
+pub(crate) fn template_kwargs(
+    kwargs: Option<TemplateKwargs>,
+    effort: Option<String>,
+    effort_param: &str,
+) -> Result<TemplateKwargs, ApiError> {
+    let mut kwargs = kwargs.unwrap_or_default();
+    if let Some(reserved) = kwargs.keys().find(|key| RESERVED_TEMPLATE_VARIABLES.contains(&key.as_str())) {
+        return Err(ApiError::invalid(
+            format!("chat_template_kwargs.{reserved}"),
+            format!("'{reserved}' is set by the conversation itself and cannot be given as a template variable"),
+        ));
+    }
+    if let Some(effort) = effort {
+        if !REASONING_EFFORTS.contains(&effort.as_str()) {
+            return Err(ApiError::invalid(
+                effort_param,
+                format!("'{effort_param}' must be one of {}, got {effort:?}", REASONING_EFFORTS.join(", ")),
+            ));
+        }
+        if effort == "none" {
+            kwargs.entry("enable_thinking").or_insert(Value::Bool(false));
+        }
+        kwargs.entry("reasoning_effort").or_insert(Value::String(effort));
+    }
+    Ok(kwargs)
 }
 
 /// Longest a request may take to become an engine job (the schema limits keep real ones far
 /// below it); past it the request is refused, though its conversion runs to its end.
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Validates `body` and builds its job on a thread of its own with a large stack, off the
-/// async runtime: llama.cpp's schema converter and the schema validator recurse, and a
-/// conversion takes CPU time that must not stall other connections. At most `permits`
-/// conversions run at once (one that timed out keeps its permit until it ends).
-pub(crate) async fn prepare_job(
+/// Runs `convert` (a request's validation and conversion into an engine job) on a thread of
+/// its own with a large stack, off the async runtime: llama.cpp's schema converter and the
+/// schema validator recurse, and a conversion takes CPU time that must not stall other
+/// connections. At most `permits` conversions run at once (one that timed out keeps its
+/// permit until it ends).
+pub(crate) async fn prepare<T: Send + 'static>(
     permits: &Arc<Semaphore>,
-    body: ChatCompletionRequest,
-    model: ModelInfo,
-) -> Result<ChatJob, ApiError> {
+    convert: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
     let busy = || ApiError::Busy("prepared");
     let permit = tokio::time::timeout(PREPARE_TIMEOUT, Arc::clone(permits).acquire_owned())
         .await
@@ -168,7 +249,7 @@ pub(crate) async fn prepare_job(
         .name("firstword-prepare".into())
         .stack_size(LARGE_STACK_BYTES)
         .spawn(move || {
-            let _ = answer.send(body.into_job(&model));
+            let _ = answer.send(convert());
             drop(permit);
         })
         .map_err(|e| ApiError::Internal(format!("cannot start a thread: {e}")))?;
@@ -191,51 +272,83 @@ pub(crate) async fn prepare_job(
 pub fn warm_prompt(text: &str) -> Result<Prompt, ApiError> {
     if !text.trim_start().starts_with('{') {
         let messages = vec![ChatMessage::system(text.trim_end()), ChatMessage::user("")];
-        return Ok(Prompt::Chat { messages, tools: Vec::new() });
+        return Ok(Prompt::Chat { messages, tools: Vec::new(), template_kwargs: TemplateKwargs::new() });
     }
     let body: ChatCompletionRequest = parse_json(text.as_bytes())?;
     let messages = convert_messages(body.messages)?;
-    let tools = convert_tools(body.tools.unwrap_or_default())?;
-    Ok(Prompt::Chat { messages, tools })
+    let tools = convert_tools(body.tools.unwrap_or_default(), FunctionShape::Nested)?;
+    Ok(Prompt::Chat { messages, tools, template_kwargs: TemplateKwargs::new() })
 }
 
-fn convert_tools(tools: Vec<Value>) -> Result<Vec<ToolDefinition>, ApiError> {
+/// Where an API puts a function's fields: chat completions nest them under `function`
+/// (`{"type": "function", "function": {"name", …}}`), the Responses API writes them flat
+/// (`{"type": "function", "name", …}`), in tools and in a named `tool_choice` alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FunctionShape {
+    /// Chat completions.
+    Nested,
+    /// The Responses API.
+    Flat,
+}
+
+impl FunctionShape {
+    /// The object holding a function's fields in `tool`, and the path prefix of its fields.
+    fn function<'v>(
+        self,
+        tool: &'v Value,
+        param: &str,
+    ) -> Result<(&'v serde_json::Map<String, Value>, String), ApiError> {
+        match self {
+            Self::Nested => tool
+                .get("function")
+                .and_then(Value::as_object)
+                .map(|function| (function, format!("{param}.function")))
+                .ok_or_else(|| {
+                    ApiError::invalid(format!("{param}.function"), "a function tool needs a 'function' object")
+                }),
+            Self::Flat => tool
+                .as_object()
+                .map(|function| (function, param.to_string()))
+                .ok_or_else(|| ApiError::invalid(param, "a tool must be an object")),
+        }
+    }
+}
+
+/// `tools`: function tools only, in the API's `shape`.
+pub(crate) fn convert_tools(tools: Vec<Value>, shape: FunctionShape) -> Result<Vec<ToolDefinition>, ApiError> {
     if tools.len() > MAX_TOOLS {
         return Err(too_many("tools", "tools", tools.len(), MAX_TOOLS));
     }
     tools
-        .into_iter()
+        .iter()
         .enumerate()
         .map(|(i, tool)| {
-            let param = |field: &str| format!("tools[{i}]{field}");
+            let param = format!("tools[{i}]");
             match tool.get("type").and_then(Value::as_str) {
                 Some("function") => {}
                 Some(other) => {
                     return Err(ApiError::invalid(
-                        param(".type"),
+                        format!("{param}.type"),
                         format!("tool type '{other}' is not supported; only 'function' tools are"),
                     ))
                 }
-                None => return Err(ApiError::invalid(param(".type"), "a tool needs \"type\": \"function\"")),
+                None => return Err(ApiError::invalid(format!("{param}.type"), "a tool needs \"type\": \"function\"")),
             }
-            let function = tool
-                .get("function")
-                .and_then(Value::as_object)
-                .ok_or_else(|| ApiError::invalid(param(".function"), "a function tool needs a 'function' object"))?;
+            let (function, param) = shape.function(tool, &param)?;
             let name = function
                 .get("name")
                 .and_then(Value::as_str)
-                .ok_or_else(|| ApiError::invalid(param(".function.name"), "a function needs a 'name' string"))?;
+                .ok_or_else(|| ApiError::invalid(format!("{param}.name"), "a function needs a 'name' string"))?;
             let description = match function.get("description") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(text)) => Some(text.clone()),
-                Some(_) => return Err(ApiError::invalid(param(".function.description"), "must be a string")),
+                Some(_) => return Err(ApiError::invalid(format!("{param}.description"), "must be a string")),
             };
             // No parameters: a function without arguments.
             let parameters = match function.get("parameters") {
                 None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
                 Some(schema) => {
-                    check_schema(&param(".function.parameters"), schema)?;
+                    check_schema(&format!("{param}.parameters"), schema)?;
                     schema.clone()
                 }
             };
@@ -244,13 +357,17 @@ fn convert_tools(tools: Vec<Value>) -> Result<Vec<ToolDefinition>, ApiError> {
         .collect()
 }
 
-/// `tool_choice`: `"auto"`, `"none"`, `"required"` or `{"type": "function", "function": {"name"}}`.
-fn convert_tool_choice(choice: Option<Value>) -> Result<ToolChoice, ApiError> {
+/// `tool_choice`: `"auto"`, `"none"`, `"required"` or a named function in the API's `shape`.
+pub(crate) fn convert_tool_choice(choice: Option<Value>, shape: FunctionShape) -> Result<ToolChoice, ApiError> {
     let invalid = || {
+        let named = match shape {
+            FunctionShape::Nested => "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+            FunctionShape::Flat => "{\"type\": \"function\", \"name\": ...}",
+        };
         ApiError::refused(
             Refusal::ToolChoice,
             "tool_choice",
-            "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+            format!("tool_choice must be \"auto\", \"none\", \"required\" or {named}"),
         )
     };
     Ok(match choice {
@@ -262,7 +379,7 @@ fn convert_tool_choice(choice: Option<Value>) -> Result<ToolChoice, ApiError> {
             _ => return Err(invalid()),
         },
         Some(object) => {
-            let name = object.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
+            let name = shape.function(&object, "tool_choice").ok().and_then(|(f, _)| f.get("name")?.as_str());
             match (object.get("type").and_then(Value::as_str), name) {
                 (Some("function"), Some(name)) => ToolChoice::Function(name.to_string()),
                 _ => return Err(invalid()),
@@ -271,50 +388,36 @@ fn convert_tool_choice(choice: Option<Value>) -> Result<ToolChoice, ApiError> {
     })
 }
 
-/// `response_format`: `text`, `json_object` or `json_schema` (`{"json_schema": {"schema"}}`).
-fn convert_response_format(format: Option<Value>) -> Result<Option<OutputSchema>, ApiError> {
+/// The schema of a JSON reply: `format` is chat's `response_format` (`{"type", "json_schema":
+/// {"schema"}}`, shape [`FunctionShape::Nested`]) or the Responses API's `text.format`
+/// (`{"type", "schema"}`, flat), found at `param`; `text`, `json_object` or `json_schema`.
+pub(crate) fn convert_output_format(
+    format: Option<Value>,
+    param: &str,
+    shape: FunctionShape,
+) -> Result<Option<OutputSchema>, ApiError> {
     let Some(format) = format.filter(|f| !f.is_null()) else { return Ok(None) };
     match format.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(OutputSchema::new(&serde_json::json!({"type": "object"}))?)),
         Some("json_schema") => {
-            let schema = format.get("json_schema").and_then(|s| s.get("schema")).ok_or_else(|| {
-                ApiError::invalid("response_format.json_schema.schema", "json_schema mode needs 'json_schema.schema'")
-            })?;
-            check_schema("response_format.json_schema.schema", schema)?;
-            OutputSchema::new(schema).map(Some).map_err(|e| {
-                ApiError::refused(Refusal::ResponseFormat, "response_format.json_schema.schema", e.to_string())
-            })
+            let (holder, schema_param) = match shape {
+                FunctionShape::Nested => (format.get("json_schema"), format!("{param}.json_schema.schema")),
+                FunctionShape::Flat => (Some(&format), format!("{param}.schema")),
+            };
+            let schema = holder
+                .and_then(|h| h.get("schema"))
+                .ok_or_else(|| ApiError::invalid(schema_param.as_str(), "json_schema mode needs a 'schema'"))?;
+            check_schema(&schema_param, schema)?;
+            OutputSchema::new(schema)
+                .map(Some)
+                .map_err(|e| ApiError::refused(Refusal::ResponseFormat, schema_param, e.to_string()))
         }
         _ => Err(ApiError::invalid(
-            "response_format.type",
-            "response_format.type must be \"text\", \"json_object\" or \"json_schema\"",
+            format!("{param}.type"),
+            format!("{param}.type must be \"text\", \"json_object\" or \"json_schema\""),
         )),
     }
-}
-
-fn convert_logit_bias(
-    bias: Option<std::collections::BTreeMap<String, f64>>,
-    n_vocab: i32,
-) -> Result<Vec<(i32, f32)>, ApiError> {
-    let bias = bias.unwrap_or_default();
-    if bias.len() > MAX_LOGIT_BIAS {
-        return Err(too_many("logit_bias", "logit_bias entries", bias.len(), MAX_LOGIT_BIAS));
-    }
-    let mut out = Vec::new();
-    for (key, value) in bias {
-        let token = key.parse::<i32>().ok().filter(|t| (0..n_vocab).contains(t)).ok_or_else(|| {
-            ApiError::invalid("logit_bias", format!("'{key}' is not a token id of this model (0..{n_vocab})"))
-        })?;
-        if !(-100.0..=100.0).contains(&value) {
-            return Err(ApiError::invalid(
-                "logit_bias",
-                format!("bias for token {key} must be between -100 and 100, got {value}"),
-            ));
-        }
-        out.push((token, value as f32));
-    }
-    Ok(out)
 }
 
 fn convert_messages(messages: Vec<WireMessage>) -> Result<Vec<ChatMessage>, ApiError> {
@@ -385,7 +488,14 @@ fn convert_message(index: usize, message: WireMessage) -> Result<ChatMessage, Ap
     if role == Role::Tool && message.tool_call_id.as_deref().is_none_or(str::is_empty) {
         return Err(ApiError::invalid(param("tool_call_id"), "a tool message needs the 'tool_call_id' it answers"));
     }
-    Ok(ChatMessage { role, content, name: message.name, tool_calls, tool_call_id: message.tool_call_id })
+    Ok(ChatMessage {
+        role,
+        content,
+        name: message.name,
+        tool_calls,
+        tool_call_id: message.tool_call_id,
+        reasoning: message.reasoning_content.filter(|r| !r.is_empty()),
+    })
 }
 
 #[cfg(feature = "fuzzing")]
@@ -397,7 +507,7 @@ impl crate::fuzzing::Api {
     /// # Errors
     /// The [`ApiError`] the endpoint answers with.
     pub fn validate_request(body: &[u8], model: &ModelInfo) -> Result<GenerationRequest, ApiError> {
-        parse_json::<ChatCompletionRequest>(body)?.into_job(model).map(|job| job.request)
+        ChatBody::parse(body)?.into_job(model).map(|job| job.request)
     }
 }
 

@@ -105,6 +105,15 @@ pub enum ApiError {
     /// No route has this path.
     #[error("unknown endpoint")]
     NotFound,
+    /// No stored response has this id (never stored, evicted, or deleted); `param` names the
+    /// request field that gave it.
+    #[error("no stored response has the id {id:?} (responses are kept in memory, the least recently used dropped first, and not across restarts)")]
+    ResponseNotFound {
+        /// The id asked for.
+        id: String,
+        /// The field that gave it (`previous_response_id`), if any.
+        param: Option<&'static str>,
+    },
     /// The route has no handler for this method.
     #[error("method not allowed on this endpoint")]
     MethodNotAllowed,
@@ -161,6 +170,10 @@ impl ApiError {
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, Some("invalid_api_key")),
             Self::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, Some("origin_not_allowed")),
             Self::NotFound => (StatusCode::NOT_FOUND, Some("not_found")),
+            Self::ResponseNotFound { param: Some(_), .. } => {
+                (StatusCode::NOT_FOUND, Some("previous_response_not_found"))
+            }
+            Self::ResponseNotFound { param: None, .. } => (StatusCode::NOT_FOUND, Some("response_not_found")),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, None),
         }
     }
@@ -183,6 +196,7 @@ impl ApiError {
         match self {
             Self::Refused { param, .. } => param.clone(),
             Self::Tools(error) => Some(error.param()),
+            Self::ResponseNotFound { param, .. } => param.map(str::to_string),
             Self::Engine(EngineError::ContextOverflow { .. } | EngineError::PromptRunTooLong { .. }) => {
                 Some("messages".to_string())
             }

@@ -13,19 +13,22 @@ use super::error::ApiError;
 /// JSON, wrong types, bad UTF-8, over-deep nesting, oversized and too slow bodies all answer
 /// with the envelope, naming the field at fault.
 pub(crate) async fn read_json<T: DeserializeOwned>(request: Request, timeout: Duration) -> Result<T, ApiError> {
-    let bytes = match tokio::time::timeout(timeout, Bytes::from_request(request, &())).await {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(rejection)) => {
-            // axum's only body rejections: over the length limit, or a failed read.
-            return Err(if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::BodyTooLarge
-            } else {
-                ApiError::BodyUnreadable(rejection.to_string())
-            });
-        }
-        Err(_) => return Err(ApiError::BodyTimeout(timeout)),
-    };
-    parse_json(&bytes)
+    parse_json(&read_body(request, timeout).await?)
+}
+
+/// Reads the body of `request` within `timeout`; oversized, failed and too slow reads answer
+/// with the envelope.
+pub(crate) async fn read_body(request: Request, timeout: Duration) -> Result<Bytes, ApiError> {
+    match tokio::time::timeout(timeout, Bytes::from_request(request, &())).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        // axum's only body rejections: over the length limit, or a failed read.
+        Ok(Err(rejection)) => Err(if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::BodyTooLarge
+        } else {
+            ApiError::BodyUnreadable(rejection.to_string())
+        }),
+        Err(_) => Err(ApiError::BodyTimeout(timeout)),
+    }
 }
 
 /// Parses a request body, reporting the path of the field at fault.

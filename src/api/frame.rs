@@ -3,28 +3,30 @@
 
 use super::answer::{AnswerShaper, Ending};
 use super::error::ApiError;
+use super::logprobs::ChatLogprobs;
 use super::wire::{
-    ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta, PromptTokensDetails, ResponseMessage, WireCache,
-    WireTimings, WireUsage,
+    ChatCompletion, Choice, ChunkChoice, CompletionObject, CompletionTokensDetails, Delta, PromptTokensDetails,
+    ResponseMessage, WireCache, WireTimings, WireUsage,
 };
-use crate::engine::{CacheMiss, CacheReport, Event, Timings, Usage};
+use crate::engine::{CacheMiss, CacheReport, Event, Timings, TokenLogprob, Usage};
 
 /// Sent as `system_fingerprint`: identifies the server build.
 const FINGERPRINT: &str = concat!("firstword-", env!("CARGO_PKG_VERSION"));
 
 /// The payload that ends every stream.
-const DONE: &str = "[DONE]";
+pub(super) const DONE: &str = "[DONE]";
 
-fn wire_usage(usage: Usage) -> WireUsage {
+pub(super) fn wire_usage(usage: Usage) -> WireUsage {
     WireUsage {
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: usage.completion_tokens,
         total_tokens: usage.prompt_tokens + usage.completion_tokens,
         prompt_tokens_details: PromptTokensDetails { cached_tokens: usage.cached_tokens },
+        completion_tokens_details: CompletionTokensDetails { reasoning_tokens: usage.reasoning_tokens },
     }
 }
 
-fn wire_timings(usage: Usage, timings: Timings) -> WireTimings {
+pub(super) fn wire_timings(usage: Usage, timings: Timings) -> WireTimings {
     let prompt_n = usage.prompt_tokens - usage.cached_tokens;
     let prompt_ms = timings.prompt.as_secs_f64() * 1e3;
     let predicted_ms = timings.generation.as_secs_f64() * 1e3;
@@ -73,10 +75,11 @@ pub(super) struct ResponseMeta {
 }
 
 impl ResponseMeta {
-    fn chunk(&self, choices: Vec<ChunkChoice>) -> ChatCompletionChunk<'_> {
-        ChatCompletionChunk {
+    /// An `object` of `choices` (no usage or timings yet).
+    pub(super) fn object<C>(&self, object: &'static str, choices: Vec<C>) -> CompletionObject<'_, C> {
+        CompletionObject {
             id: &self.id,
-            object: "chat.completion.chunk",
+            object,
             created: self.created,
             model: &self.model,
             system_fingerprint: FINGERPRINT,
@@ -86,12 +89,27 @@ impl ResponseMeta {
         }
     }
 
-    fn delta_chunk(&self, delta: Delta, finish_reason: Option<&'static str>) -> ChatCompletionChunk<'_> {
-        self.chunk(vec![ChunkChoice { index: 0, delta, finish_reason, logprobs: None }])
+    fn chunk(&self, choices: Vec<ChunkChoice>) -> CompletionObject<'_, ChunkChoice> {
+        self.object("chat.completion.chunk", choices)
     }
 
-    /// The non-streaming body of a finished reply.
-    pub(super) fn completion(&self, ending: Ending, usage: Usage, timings: Timings) -> ChatCompletion<'_> {
+    fn delta_chunk(
+        &self,
+        delta: Delta,
+        finish_reason: Option<&'static str>,
+        logprobs: Option<ChatLogprobs>,
+    ) -> CompletionObject<'_, ChunkChoice> {
+        self.chunk(vec![ChunkChoice { index: 0, delta, finish_reason, logprobs }])
+    }
+
+    /// The non-streaming body of a finished reply (`logprobs` when they were asked for).
+    pub(super) fn completion(
+        &self,
+        ending: Ending,
+        usage: Usage,
+        timings: Timings,
+        logprobs: Option<Vec<TokenLogprob>>,
+    ) -> ChatCompletion<'_> {
         ChatCompletion {
             id: &self.id,
             object: "chat.completion",
@@ -100,9 +118,14 @@ impl ResponseMeta {
             system_fingerprint: FINGERPRINT,
             choices: [Choice {
                 index: 0,
-                message: ResponseMessage { role: "assistant", content: ending.content, tool_calls: ending.calls },
+                message: ResponseMessage {
+                    role: "assistant",
+                    content: ending.content,
+                    reasoning_content: ending.reasoning,
+                    tool_calls: ending.calls,
+                },
                 finish_reason: ending.finish_reason,
-                logprobs: None,
+                logprobs: logprobs.map(ChatLogprobs::of),
             }],
             usage: wire_usage(usage),
             timings: wire_timings(usage, timings),
@@ -110,7 +133,7 @@ impl ResponseMeta {
     }
 }
 
-fn json(value: &impl serde::Serialize) -> String {
+pub(super) fn json(value: &impl serde::Serialize) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
@@ -133,18 +156,41 @@ pub(super) struct SseFramer {
     /// `None` once the reply has ended.
     shaper: Option<AnswerShaper>,
     include_usage: bool,
+    /// Log-probabilities not sent yet, which go with the next chunk; `None` when the request
+    /// did not ask for them.
+    logprobs: Option<Vec<TokenLogprob>>,
 }
 
 impl SseFramer {
-    /// A stream of `shaper`'s reply; `include_usage` adds a usage chunk before `[DONE]`.
-    pub(super) fn new(meta: ResponseMeta, shaper: AnswerShaper, include_usage: bool) -> Self {
-        Self { meta, shaper: Some(shaper), include_usage }
+    /// A stream of `shaper`'s reply; `include_usage` adds a usage chunk before `[DONE]`,
+    /// `logprobs` sends the tokens' log-probabilities with the chunks of their text.
+    pub(super) fn new(meta: ResponseMeta, shaper: AnswerShaper, include_usage: bool, logprobs: bool) -> Self {
+        Self { meta, shaper: Some(shaper), include_usage, logprobs: logprobs.then(Vec::new) }
     }
 
     /// The first payload: the role, and no `content` until there is text (clients rebuild `""`
     /// into the message they send back, and OpenAI sends none before a reply of only calls).
     pub(super) fn opening(&self) -> String {
-        json(&self.meta.delta_chunk(Delta { role: Some("assistant"), ..Delta::default() }, None))
+        json(&self.meta.delta_chunk(Delta { role: Some("assistant"), ..Delta::default() }, None, None))
+    }
+
+    /// The log-probabilities waiting to be sent, if any.
+    fn take_logprobs(&mut self) -> Option<ChatLogprobs> {
+        self.logprobs
+            .as_mut()
+            .filter(|pending| !pending.is_empty())
+            .map(|pending| ChatLogprobs::of(std::mem::take(pending)))
+    }
+
+    /// The chunks of `deltas`, the first with the log-probabilities waiting.
+    fn delta_chunks(&mut self, deltas: Vec<Delta>) -> Vec<String> {
+        deltas
+            .into_iter()
+            .map(|delta| {
+                let logprobs = self.take_logprobs();
+                json(&self.meta.delta_chunk(delta, None, logprobs))
+            })
+            .collect()
     }
 
     /// The payloads for the next engine event; `None` when the events ended without
@@ -152,19 +198,21 @@ impl SseFramer {
     pub(super) fn push(&mut self, event: Option<Event>) -> Frames {
         match event {
             Some(Event::Started { .. }) => Frames::default(),
+            Some(Event::Logprobs(tokens)) => {
+                if let Some(pending) = self.logprobs.as_mut() {
+                    pending.extend(tokens);
+                }
+                Frames::default()
+            }
             Some(Event::Text(text)) => match self.shaper.as_mut().map(|s| s.text(text)) {
-                Some(shaped) => Frames {
-                    data: shaped.deltas.into_iter().map(|d| json(&self.meta.delta_chunk(d, None))).collect(),
-                    finish_now: shaped.done,
-                    done: false,
-                },
+                Some(shaped) => Frames { data: self.delta_chunks(shaped.deltas), finish_now: shaped.done, done: false },
                 None => Frames::default(),
             },
             Some(Event::Finished { reason, usage, timings }) => match self.shaper.take().map(|s| s.finish(reason)) {
                 Some(Ok(ending)) => {
-                    let mut data: Vec<String> =
-                        ending.deltas.into_iter().map(|d| json(&self.meta.delta_chunk(d, None))).collect();
-                    let mut last = self.meta.delta_chunk(Delta::default(), Some(ending.finish_reason));
+                    let mut data = self.delta_chunks(ending.deltas);
+                    let logprobs = self.take_logprobs();
+                    let mut last = self.meta.delta_chunk(Delta::default(), Some(ending.finish_reason), logprobs);
                     last.timings = Some(wire_timings(usage, timings));
                     data.push(json(&last));
                     if self.include_usage {
@@ -208,8 +256,8 @@ impl crate::fuzzing::Api {
         mut next: impl FnMut(bool) -> Option<Event>,
     ) -> crate::fuzzing::SseTranscript {
         let meta = ResponseMeta { id: "chatcmpl-fuzz".into(), model: "fuzz".into(), created: 0 };
-        let plan = super::convert::OutputPlan { format, tools, schema };
-        let mut framer = SseFramer::new(meta, AnswerShaper::new(plan), include_usage);
+        let plan = super::convert::OutputPlan { format, tools, schema, reasoning: None };
+        let mut framer = SseFramer::new(meta, AnswerShaper::new(plan, false), include_usage, false);
         let mut transcript = crate::fuzzing::SseTranscript { opening: framer.opening(), steps: Vec::new() };
         let mut finish_now = false;
         loop {

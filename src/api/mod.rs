@@ -5,15 +5,20 @@ mod access;
 mod answer;
 mod backend;
 mod chat;
+mod completions;
 mod convert;
 mod error;
 mod extract;
 mod frame;
 mod limits;
+mod logprobs;
 mod metrics;
 mod models;
 mod prefill;
 mod request_log;
+mod responses;
+mod sampling;
+mod tokenize;
 mod wire;
 
 #[cfg(test)]
@@ -64,11 +69,16 @@ pub struct ServeOptions {
     pub api_keys: ApiKeys,
     /// Origins whose browser pages may call the API.
     pub cors_origins: CorsOrigins,
+    /// Most responses of the Responses API kept in memory for `previous_response_id` and
+    /// `GET /v1/responses/{id}` (least recently used dropped first; 0: none kept).
+    pub responses_store: usize,
 }
 
 impl ServeOptions {
     /// Default largest request body: long conversations with big system prompts fit easily.
     pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+    /// Default number of stored responses.
+    pub const DEFAULT_RESPONSES_STORE: usize = 1024;
 }
 
 impl Default for ServeOptions {
@@ -80,6 +90,7 @@ impl Default for ServeOptions {
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
             api_keys: ApiKeys::default(),
             cors_origins: CorsOrigins::None,
+            responses_store: Self::DEFAULT_RESPONSES_STORE,
         }
     }
 }
@@ -94,6 +105,8 @@ struct AppState {
     conversions: Arc<Semaphore>,
     /// What `/metrics` exports.
     metrics: Arc<metrics::Metrics>,
+    /// Responses kept for `previous_response_id`.
+    responses: Arc<responses::ResponseStore>,
 }
 
 /// Seconds since the Unix epoch, for `created` fields.
@@ -115,6 +128,7 @@ fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
         bodies: Semaphore::new(CONCURRENT_BODIES),
         conversions: Arc::new(Semaphore::new(CONCURRENT_CONVERSIONS)),
         metrics: Arc::clone(&metrics),
+        responses: Arc::new(responses::ResponseStore::new(options.responses_store)),
     });
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
@@ -125,6 +139,14 @@ fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
         .route("/cache", get(models::cache))
         .route("/metrics", get(metrics::metrics))
         .route("/v1/prefill", post(prefill::prefill))
+        .route("/v1/completions", post(completions::completions))
+        .route("/completions", post(completions::completions))
+        .route("/v1/responses", post(responses::create_response))
+        .route("/responses", post(responses::create_response))
+        .route("/v1/responses/{id}", get(responses::get_response).delete(responses::delete_response))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
+        .route("/apply-template", post(tokenize::apply_template))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(options.max_body_bytes))

@@ -28,6 +28,7 @@ pub(super) async fn list_models(State(state): State<Arc<AppState>>) -> Result<Js
                 n_vocab: info.n_vocab,
                 chat_template: info.template_source.to_string(),
                 tool_format: info.tool_format.name(),
+                reasoning_markers: info.reasoning.map(|r| [r.open, r.close]),
             },
         }],
     }))

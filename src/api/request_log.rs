@@ -48,7 +48,7 @@ impl RequestRecord {
                 recorded.usage = Some(*usage);
                 recorded.timings = Some(*timings);
             }
-            Event::Started { .. } | Event::Failed(_) => {}
+            Event::Started { .. } | Event::Logprobs(_) | Event::Failed(_) => {}
         }
     }
 

@@ -1,52 +1,30 @@
 //! OpenAI chat-completions wire types. Lenient on input (many shapes accepted, unknown fields
-//! ignored); the conversion into strict engine types lives in `convert`.
-
-use std::collections::BTreeMap;
+//! ignored); the conversion into strict engine types lives in `convert`. The fields chat
+//! shares with text completions are in `sampling`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// `POST /v1/chat/completions` body.
+use super::logprobs::ChatLogprobs;
+
+/// `POST /v1/chat/completions` body: the chat's own fields (the shared ones are read from the
+/// same body as [`super::sampling::SamplingFields`]).
 #[derive(Debug, Deserialize)]
 pub(super) struct ChatCompletionRequest {
-    pub model: Option<String>,
     pub messages: Vec<WireMessage>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    pub max_tokens: Option<i64>,
     pub max_completion_tokens: Option<i64>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub top_k: Option<i64>,
-    pub min_p: Option<f64>,
-    pub seed: Option<i64>,
-    pub stop: Option<Stop>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    pub repeat_penalty: Option<f64>,
-    pub repeat_last_n: Option<i64>,
-    pub logit_bias: Option<BTreeMap<String, f64>>,
-    pub n: Option<i64>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<i64>,
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
     pub response_format: Option<Value>,
-}
-
-/// `stream_options`.
-#[derive(Debug, Deserialize)]
-pub(super) struct StreamOptions {
-    pub include_usage: Option<bool>,
-}
-
-/// `stop`: one string or several.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub(super) enum Stop {
-    One(String),
-    Many(Vec<String>),
+    /// Extra chat template variables (llama-server's name), e.g. `{"enable_thinking": false}`.
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    /// OpenAI's reasoning effort, given to the template as `reasoning_effort`.
+    pub reasoning_effort: Option<String>,
+    /// Most tokens the model's reasoning may take.
+    pub reasoning_budget: Option<i64>,
 }
 
 /// One message as clients send it.
@@ -58,6 +36,8 @@ pub(super) struct WireMessage {
     pub name: Option<String>,
     pub tool_calls: Option<Vec<WireToolCall>>,
     pub tool_call_id: Option<String>,
+    /// An earlier reply's reasoning, as this server (and llama-server, vLLM) sends it.
+    pub reasoning_content: Option<String>,
 }
 
 /// `content`: a string or an array of typed parts.
@@ -98,12 +78,20 @@ pub(super) struct WireUsage {
     pub completion_tokens: u32,
     pub total_tokens: u32,
     pub prompt_tokens_details: PromptTokensDetails,
+    pub completion_tokens_details: CompletionTokensDetails,
 }
 
 /// `usage.prompt_tokens_details`.
 #[derive(Debug, Serialize)]
 pub(super) struct PromptTokensDetails {
     pub cached_tokens: u32,
+}
+
+/// `usage.completion_tokens_details`.
+#[derive(Debug, Serialize)]
+pub(super) struct CompletionTokensDetails {
+    /// Tokens the model spent inside its reasoning.
+    pub reasoning_tokens: u32,
 }
 
 /// llama-server's `timings` object.
@@ -235,7 +223,7 @@ pub(super) struct Choice {
     pub index: u32,
     pub message: ResponseMessage,
     pub finish_reason: &'static str,
-    pub logprobs: Option<()>,
+    pub logprobs: Option<ChatLogprobs>,
 }
 
 /// The assistant's message. `content` is null when the reply is only tool calls.
@@ -243,6 +231,9 @@ pub(super) struct Choice {
 pub(super) struct ResponseMessage {
     pub role: &'static str,
     pub content: Option<String>,
+    /// The model's reasoning, apart from the answer (models that think).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ResponseToolCall>,
 }
@@ -263,15 +254,16 @@ pub(super) struct FunctionCall {
     pub arguments: String,
 }
 
-/// One streaming chunk.
+/// A completion object whose choices are `C`: a chat stream's chunk (`chat.completion.chunk`)
+/// or a text completion, whole or a stream's chunk (`text_completion`).
 #[derive(Debug, Serialize)]
-pub(super) struct ChatCompletionChunk<'a> {
+pub(super) struct CompletionObject<'a, C> {
     pub id: &'a str,
     pub object: &'static str,
     pub created: u64,
     pub model: &'a str,
     pub system_fingerprint: &'static str,
-    pub choices: Vec<ChunkChoice>,
+    pub choices: Vec<C>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<WireUsage>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -284,7 +276,7 @@ pub(super) struct ChunkChoice {
     pub index: u32,
     pub delta: Delta,
     pub finish_reason: Option<&'static str>,
-    pub logprobs: Option<()>,
+    pub logprobs: Option<ChatLogprobs>,
 }
 
 /// What a chunk adds.
@@ -294,6 +286,9 @@ pub(super) struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// More of the model's reasoning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<[ToolCallDelta; 1]>,
 }
@@ -345,4 +340,7 @@ pub(super) struct ModelMeta {
     pub n_vocab: i32,
     pub chat_template: String,
     pub tool_format: &'static str,
+    /// The markers of the model's reasoning (`["<think>", "</think>"]`); null for models
+    /// that do not think.
+    pub reasoning_markers: Option<[&'static str; 2]>,
 }

@@ -52,13 +52,16 @@ pub struct ChatMessage {
     pub tool_calls: Vec<ToolCall>,
     /// For tool messages: the id of the call this answers.
     pub tool_call_id: Option<String>,
+    /// For assistant messages: the reasoning that preceded the text (templates of models
+    /// that think show it as `reasoning_content`, usually only in the newest turns).
+    pub reasoning: Option<String>,
 }
 
 impl ChatMessage {
     /// A message with just a role and text.
     #[must_use]
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: content.into(), name: None, tool_calls: Vec::new(), tool_call_id: None }
+        Self { role, content: content.into(), name: None, tool_calls: Vec::new(), tool_call_id: None, reasoning: None }
     }
 
     /// A system message.
@@ -102,6 +105,9 @@ impl ChatMessage {
         }
         if let Some(id) = &self.tool_call_id {
             object.insert("tool_call_id".into(), json!(id));
+        }
+        if let Some(reasoning) = &self.reasoning {
+            object.insert("reasoning_content".into(), json!(reasoning));
         }
         Value::Object(object)
     }

@@ -11,6 +11,7 @@ mod history;
 mod landmarks;
 mod message;
 mod pyjson;
+mod reasoning;
 mod render;
 mod template;
 pub mod tools;
@@ -19,10 +20,15 @@ pub use grammar::Grammar;
 pub use history::Turns;
 pub use landmarks::{Landmarks, PromptPart};
 pub use message::{ChatMessage, Role, ToolCall};
+pub use reasoning::{ReasoningFormat, ReasoningSplitter, Split};
 pub use render::{ChatFormat, RenderedChat};
 #[cfg(feature = "fuzzing")]
 pub(crate) use template::RenderLimits;
 pub use template::{ChatTemplate, ModelTemplateFacts, TemplateError, TemplateSource};
+
+/// Extra variables a chat template is rendered with (`enable_thinking`, `reasoning_effort`,
+/// ...), beside the conversation itself.
+pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
 
 /// `value` as Python's `json.dumps` writes it (what templates and tool prompts show models).
 fn python_json(value: &serde_json::Value) -> String {

@@ -3,7 +3,10 @@
 use std::path::Path;
 
 use super::tools::{prepare_messages, ToolDefinition, ToolFormat};
-use super::{ChatMessage, ChatTemplate, Landmarks, ModelTemplateFacts, TemplateError, TemplateSource};
+use super::{
+    ChatMessage, ChatTemplate, Landmarks, ModelTemplateFacts, ReasoningFormat, ReasoningSplitter, TemplateError,
+    TemplateKwargs, TemplateSource,
+};
 
 /// A stand-in for the next user message when rendering what comes before it (private-use
 /// characters no real text contains).
@@ -24,6 +27,7 @@ pub struct ChatFormat {
     template: ChatTemplate,
     source: TemplateSource,
     tool_format: ToolFormat,
+    reasoning: Option<ReasoningFormat>,
 }
 
 impl ChatFormat {
@@ -41,7 +45,8 @@ impl ChatFormat {
     #[must_use]
     pub fn new(template: ChatTemplate, source: TemplateSource) -> Self {
         let tool_format = ToolFormat::detect(template.source());
-        Self { template, source, tool_format }
+        let reasoning = ReasoningFormat::detect(template.source());
+        Self { template, source, tool_format, reasoning }
     }
 
     /// Where the template came from.
@@ -62,33 +67,73 @@ impl ChatFormat {
         self.tool_format
     }
 
+    /// The markers the template writes around a model's reasoning; `None` for models that do
+    /// not think.
+    #[must_use]
+    pub fn reasoning(&self) -> Option<ReasoningFormat> {
+        self.reasoning
+    }
+
     /// The prompt text of a conversation offering `tools` (possibly none), ending with the
     /// assistant's generation prompt.
+    ///
+    /// # Errors
+    /// [`TemplateError::Render`] when the template rejects the messages.
+    pub fn render(&self, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Result<RenderedChat, TemplateError> {
+        self.render_with(messages, tools, &TemplateKwargs::new())
+    }
+
+    /// [`Self::render`] with extra template variables (`enable_thinking`, ...).
     ///
     /// Earlier calls and tool results are written the same way whether or not this turn carries
     /// tools, so a follow-up without them still shows the model its history.
     ///
     /// # Errors
     /// [`TemplateError::Render`] when the template rejects the messages.
-    pub fn render(&self, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Result<RenderedChat, TemplateError> {
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDefinition],
+        kwargs: &TemplateKwargs,
+    ) -> Result<RenderedChat, TemplateError> {
         let messages = prepare_messages(self.tool_format, messages, tools);
         let definitions = (self.tool_format.template_renders_tools() && !tools.is_empty())
             .then(|| serde_json::Value::Array(tools.iter().map(ToolDefinition::to_openai_json).collect()));
-        let text = self.template.render(&messages, definitions.as_ref(), true)?;
+        let text = self.template.render(&messages, definitions.as_ref(), true, kwargs)?;
         let landmarks = Landmarks::locate(&text, &messages);
         Ok(RenderedChat { text, landmarks })
     }
 
-    /// The next prompt's text up to the next user message's words: `messages` and `reply` as
-    /// the template writes them (it may trim the reply), then the end of the assistant turn
-    /// and the user turn's opening; found by rendering the conversation with a stand-in for
-    /// the next message. `None` when the template rejects it.
+    /// A reply's text as the assistant message a client sends back: reasoning (where the model
+    /// thinks) apart from the answer. `opened` tells whether the prompt opened the reasoning.
     #[must_use]
-    pub fn next_turn_prefix(&self, messages: &[ChatMessage], tools: &[ToolDefinition], reply: &str) -> Option<String> {
+    pub fn reply_message(&self, reply: &str, opened: bool) -> ChatMessage {
+        let Some(format) = self.reasoning else { return ChatMessage::assistant(reply) };
+        let mut splitter = ReasoningSplitter::new(format, opened);
+        let (mut split, rest) = (splitter.push(reply), splitter.finish());
+        split.reasoning.push_str(&rest.reasoning);
+        split.content.push_str(&rest.content);
+        let mut message = ChatMessage::assistant(split.content);
+        message.reasoning = (!split.reasoning.is_empty()).then_some(split.reasoning);
+        message
+    }
+
+    /// The next prompt's text up to the next user message's words: `messages` and `reply` as
+    /// the template writes them (it may trim the reply, or drop its reasoning), then the end
+    /// of the assistant turn and the user turn's opening; found by rendering the conversation
+    /// with a stand-in for the next message. `None` when the template rejects it.
+    #[must_use]
+    pub fn next_turn_prefix(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDefinition],
+        kwargs: &TemplateKwargs,
+        reply: ChatMessage,
+    ) -> Option<String> {
         let mut next = messages.to_vec();
-        next.push(ChatMessage::assistant(reply));
+        next.push(reply);
         next.push(ChatMessage::user(USER_MARK));
-        let mut text = self.render(&next, tools).ok()?.text;
+        let mut text = self.render_with(&next, tools, kwargs).ok()?.text;
         text.truncate(text.find(USER_MARK)?);
         Some(text)
     }
@@ -110,7 +155,9 @@ mod tests {
         let format = chatml();
         let messages = [ChatMessage::system("S"), ChatMessage::user("Hi")];
         let prompt = format.render(&messages, &[]).expect("renders").text;
-        let prefix = format.next_turn_prefix(&messages, &[], "Hello!").expect("a prefix");
+        let prefix = format
+            .next_turn_prefix(&messages, &[], &TemplateKwargs::new(), ChatMessage::assistant("Hello!"))
+            .expect("a prefix");
         assert_eq!(prefix, format!("{prompt}Hello!<|im_end|>\n<|im_start|>user\n"));
         let mut next = messages.to_vec();
         next.push(ChatMessage::assistant("Hello!"));
@@ -123,7 +170,25 @@ mod tests {
         let source = "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}";
         let template = ChatTemplate::new(source, "", "").expect("compiles");
         let format = ChatFormat::new(template, TemplateSource::File("t".into()));
-        let prefix = format.next_turn_prefix(&[ChatMessage::user("Hi")], &[], "Hello! \n").expect("a prefix");
+        let reply = format.reply_message("Hello! \n", false);
+        let prefix =
+            format.next_turn_prefix(&[ChatMessage::user("Hi")], &[], &TemplateKwargs::new(), reply).expect("a prefix");
         assert_eq!(prefix, "<user>Hi</user><assistant>Hello!</assistant><user>");
+    }
+
+    #[test]
+    fn a_thinking_reply_goes_back_split_and_the_template_decides_what_it_keeps() {
+        let source = "{% for m in messages %}<{{ m.role }}>{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}</{{ m.role }}>{% endfor %}\
+            {% if add_generation_prompt %}<assistant><think>{% endif %}";
+        let template = ChatTemplate::new(source, "", "").expect("compiles");
+        let format = ChatFormat::new(template, TemplateSource::File("t".into()));
+        assert_eq!(format.reasoning(), Some(ReasoningFormat::KNOWN[1]));
+        let reply = format.reply_message("\nHm.\n</think>\n\nHello!", true);
+        assert_eq!((reply.reasoning.as_deref(), reply.content.as_str()), (Some("Hm."), "Hello!"));
+        let plain = chatml().reply_message("<think>x</think>y", false);
+        assert_eq!((plain.reasoning, plain.content.as_str()), (None, "<think>x</think>y"), "no reasoning format");
+        let prefix =
+            format.next_turn_prefix(&[ChatMessage::user("Hi")], &[], &TemplateKwargs::new(), reply).expect("a prefix");
+        assert_eq!(prefix, "<user>Hi</user><assistant><think>Hm.</think>Hello!</assistant><user>");
     }
 }

@@ -8,7 +8,7 @@ use minijinja::value::Kwargs;
 use minijinja::{Environment, ErrorKind, Value};
 
 use super::pyjson;
-use super::ChatMessage;
+use super::{ChatMessage, TemplateKwargs};
 
 const TEMPLATE_NAME: &str = "chat";
 const GEMMA_TEMPLATE: &str = include_str!("templates/gemma.jinja");
@@ -170,7 +170,8 @@ impl ChatTemplate {
         &self.source
     }
 
-    /// Renders a conversation to prompt text.
+    /// Renders a conversation to prompt text; `kwargs` are extra template variables (the
+    /// conversation's own variables take precedence over them).
     ///
     /// # Errors
     /// [`TemplateError::Render`] when the template fails or calls `raise_exception`;
@@ -180,20 +181,21 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
+        kwargs: &TemplateKwargs,
     ) -> Result<String, TemplateError> {
         let messages: Vec<serde_json::Value> = messages.iter().map(ChatMessage::to_template_value).collect();
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Compile(e.to_string()))?;
         let mut output = BoundedOutput { text: Vec::new(), limit: self.limits.output_bytes, overflowed: false };
-        let rendered = template.render_captured_to(
-            minijinja::context! {
-                messages => Value::from_serialize(&messages),
-                tools => tools.map(Value::from_serialize),
-                add_generation_prompt => add_generation_prompt,
-                bos_token => &self.bos_token,
-                eos_token => &self.eos_token,
-            },
-            &mut output,
-        );
+        let conversation = minijinja::context! {
+            messages => Value::from_serialize(&messages),
+            tools => tools.map(Value::from_serialize),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        // The last map wins where both have a key.
+        let context = minijinja::value::merge_maps([Value::from_serialize(kwargs), conversation]);
+        let rendered = template.render_captured_to(context, &mut output);
         if output.overflowed {
             return Err(TemplateError::Limit(format!(
                 "the prompt would be longer than {} bytes",
@@ -284,6 +286,7 @@ mod tests {
                 ],
                 None,
                 true,
+                &TemplateKwargs::new(),
             )
             .expect("renders");
         assert_eq!(
@@ -294,15 +297,31 @@ mod tests {
 
     #[test]
     fn gemma_without_system_and_without_generation_prompt() {
-        let prompt = gemma().render(&[ChatMessage::user("Hi")], None, false).expect("renders");
+        let prompt = gemma().render(&[ChatMessage::user("Hi")], None, false, &TemplateKwargs::new()).expect("renders");
         assert_eq!(prompt, "<bos><start_of_turn>user\nHi<end_of_turn>\n");
+    }
+
+    #[test]
+    fn kwargs_reach_the_template_but_never_replace_the_conversation() {
+        let t = ChatTemplate::new(
+            "{% if enable_thinking is defined and not enable_thinking %}off{% endif %}|{{ messages | length }}",
+            "",
+            "",
+        )
+        .expect("compiles");
+        let mut kwargs = TemplateKwargs::new();
+        kwargs.insert("enable_thinking".into(), serde_json::json!(false));
+        kwargs.insert("messages".into(), serde_json::json!([1, 2, 3]));
+        let out = t.render(&[ChatMessage::user("x")], None, true, &kwargs).expect("renders");
+        assert_eq!(out, "off|1");
+        assert_eq!(t.render(&[ChatMessage::user("x")], None, true, &TemplateKwargs::new()).expect("renders"), "|1");
     }
 
     #[test]
     fn raise_exception_becomes_a_render_error_with_its_message() {
         let t = ChatTemplate::new("{{ raise_exception('Only user and assistant roles are supported!') }}", "", "")
             .expect("compiles");
-        let err = t.render(&[ChatMessage::user("x")], None, true).expect_err("raises");
+        let err = t.render(&[ChatMessage::user("x")], None, true, &TemplateKwargs::new()).expect_err("raises");
         assert!(
             matches!(&err, TemplateError::Render(m) if m == "Only user and assistant roles are supported!"),
             "{err}"
@@ -313,7 +332,7 @@ mod tests {
     fn tojson_matches_python_json_dumps() {
         let t = ChatTemplate::new("{{ tools | tojson }}|{{ tools[0] | tojson(indent=2) }}", "", "").expect("compiles");
         let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"b": 1, "a": "é"}}}]);
-        let out = t.render(&[], Some(&tools), false).expect("renders");
+        let out = t.render(&[], Some(&tools), false, &TemplateKwargs::new()).expect("renders");
         assert_eq!(
             out,
             "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"b\": 1, \"a\": \"é\"}}}]|{\n  \"type\": \"function\",\n  \"function\": {\n    \"name\": \"get_weather\",\n    \"parameters\": {\n      \"b\": 1,\n      \"a\": \"é\"\n    }\n  }\n}"
@@ -328,7 +347,7 @@ mod tests {
             "",
         )
         .expect("compiles");
-        assert_eq!(t.render(&[], None, false).expect("renders"), "4|x|2");
+        assert_eq!(t.render(&[], None, false, &TemplateKwargs::new()).expect("renders"), "4|x|2");
     }
 
     #[test]
@@ -340,7 +359,7 @@ mod tests {
             name: "get_weather".into(),
             arguments: r#"{"city": "Paris"}"#.into(),
         });
-        assert_eq!(t.render(&[message], None, false).expect("renders"), "Paris");
+        assert_eq!(t.render(&[message], None, false, &TemplateKwargs::new()).expect("renders"), "Paris");
     }
 
     fn limited(source: &str, fuel: u64, output_bytes: usize) -> ChatTemplate {
@@ -350,22 +369,32 @@ mod tests {
     #[test]
     fn endless_loops_run_out_of_fuel() {
         let nested = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}";
-        let err = limited(nested, 100_000, 1 << 20).render(&[], None, false).expect_err("out of fuel");
+        let err = limited(nested, 100_000, 1 << 20)
+            .render(&[], None, false, &TemplateKwargs::new())
+            .expect_err("out of fuel");
         assert!(matches!(&err, TemplateError::Limit(m) if m.contains("100000 template steps")), "{err}");
         // The default fuel too: 10^10 steps would take minutes.
-        let err =
-            ChatTemplate::new(nested, "", "").expect("compiles").render(&[], None, false).expect_err("out of fuel");
+        let err = ChatTemplate::new(nested, "", "")
+            .expect("compiles")
+            .render(&[], None, false, &TemplateKwargs::new())
+            .expect_err("out of fuel");
         assert!(matches!(&err, TemplateError::Limit(m) if m.contains("template steps")), "{err}");
     }
 
     #[test]
     fn output_stops_at_its_limit() {
         let long = "{% for i in range(100000) %}{{ 'abcdefghij' }}{% endfor %}";
-        assert_eq!(limited(long, 1 << 20, 1_000_000).render(&[], None, false).expect("fits").len(), 1_000_000);
-        let err = limited(long, 1 << 20, 999_999).render(&[], None, false).expect_err("too long");
+        assert_eq!(
+            limited(long, 1 << 20, 1_000_000).render(&[], None, false, &TemplateKwargs::new()).expect("fits").len(),
+            1_000_000
+        );
+        let err =
+            limited(long, 1 << 20, 999_999).render(&[], None, false, &TemplateKwargs::new()).expect_err("too long");
         assert!(matches!(&err, TemplateError::Limit(m) if m.contains("longer than 999999 bytes")), "{err}");
         // One write past the limit is refused whole, not cut.
-        let err = limited("{{ 'a' * 5000 }}", 100, 4_999).render(&[], None, false).expect_err("too long");
+        let err = limited("{{ 'a' * 5000 }}", 100, 4_999)
+            .render(&[], None, false, &TemplateKwargs::new())
+            .expect_err("too long");
         assert!(matches!(err, TemplateError::Limit(_)), "{err}");
     }
 
@@ -374,7 +403,10 @@ mod tests {
         for source in
             ["{{ 'a' * 1000000000 }}", "{% for i in range(10**9) %}{% endfor %}", "{{ range(10**9) | length }}"]
         {
-            let err = ChatTemplate::new(source, "", "").expect("compiles").render(&[], None, false).expect_err(source);
+            let err = ChatTemplate::new(source, "", "")
+                .expect("compiles")
+                .render(&[], None, false, &TemplateKwargs::new())
+                .expect_err(source);
             assert!(
                 matches!(&err, TemplateError::Render(m) if m.contains("too large") || m.contains("too many")),
                 "{err}"
@@ -396,7 +428,10 @@ mod tests {
                 .collect();
         let hundredth = RenderLimits { fuel: RenderLimits::DEFAULT.fuel / 100, ..RenderLimits::DEFAULT };
         let gemma = ChatTemplate::with_limits(GEMMA_TEMPLATE, "<bos>", "<eos>", hundredth).expect("compiles");
-        assert!(gemma.render(&messages, None, true).is_ok(), "10,000 messages in a hundredth of the fuel");
+        assert!(
+            gemma.render(&messages, None, true, &TemplateKwargs::new()).is_ok(),
+            "10,000 messages in a hundredth of the fuel"
+        );
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub struct EngineConfig {
     /// Most tokens generated for a request that sets no `max_tokens`; `None`: until the
     /// context is full.
     pub n_predict: Option<u32>,
+    /// Most tokens a model that thinks may spend on its reasoning when a request sets no
+    /// budget of its own; `None`: no limit.
+    pub reasoning_budget: Option<u32>,
     /// Speculative decoding (MTP heads or a draft model).
     pub speculation: super::SpeculationConfig,
     /// Host RAM, in MiB, for the KV states of other prompts (the state store): a request with
@@ -139,6 +142,7 @@ impl EngineConfig {
             queue_size: Self::DEFAULT_QUEUE_SIZE,
             context_overflow: ContextOverflow::Refuse,
             n_predict: Some(Self::DEFAULT_N_PREDICT),
+            reasoning_budget: None,
             speculation: super::SpeculationConfig::default(),
             cache_ram_mib: Self::DEFAULT_CACHE_RAM_MIB,
             cache_min_tokens: Self::DEFAULT_CACHE_MIN_TOKENS,

@@ -39,7 +39,8 @@ fn backend() -> Result<&'static LlamaBackend, EngineError> {
 /// What the inference thread loads once: the models and the speculation plan.
 pub(super) struct Models {
     pub backend: &'static LlamaBackend,
-    pub model: LlamaModel,
+    /// Shared with the handles' tokenizer.
+    pub model: std::sync::Arc<LlamaModel>,
     pub draft_model: Option<LlamaModel>,
     pub plan: SpeculationPlan,
 }
@@ -55,7 +56,7 @@ impl Models {
             Drafter::Model(path) => Some(load_draft_model(backend, &model, path, config)?),
             _ => None,
         };
-        Ok(Self { backend, model, draft_model, plan })
+        Ok(Self { backend, model: std::sync::Arc::new(model), draft_model, plan })
     }
 }
 

@@ -11,6 +11,7 @@ mod disk;
 mod error;
 mod ffi;
 mod load;
+mod logprobs;
 mod prefix;
 mod reply;
 mod request;
@@ -19,6 +20,7 @@ mod sequence;
 mod speculation;
 mod store;
 mod text;
+mod tokenizer;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -30,13 +32,15 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot, Notify};
 
 use crate::chat::tools::ToolFormat;
 use crate::chat::{ChatFormat, Landmarks};
-pub use crate::chat::{Grammar, TemplateSource};
+pub use crate::chat::{Grammar, ReasoningFormat, TemplateSource};
+use tokenizer::Tokenizer;
 
 pub use config::{physical_cores, ContextOverflow, EngineConfig, FlashAttention};
 pub use error::{EngineError, SpeculationError};
 pub use request::{
-    CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, DiskStatus, DraftStats, Event,
-    FinishReason, GenerationRequest, PrefillReport, Prompt, Timings, Usage,
+    CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, Candidate, DiskStatus,
+    DraftStats, Event, FinishReason, GenerationRequest, PrefillReport, Prompt, Timings, TokenLogprob, Usage,
+    MAX_TOP_LOGPROBS,
 };
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};
@@ -69,17 +73,26 @@ pub struct ModelInfo {
     pub template_source: TemplateSource,
     /// The tool-call format of the chat template.
     pub tool_format: ToolFormat,
+    /// The markers the chat template writes around the model's reasoning; `None` for models
+    /// that do not think.
+    pub reasoning: Option<ReasoningFormat>,
     /// Generation threads.
     pub threads: u32,
     /// Prompt-evaluation threads.
     pub threads_batch: u32,
 }
 
-/// A loaded model's facts plus what rendering needs.
-#[derive(Debug)]
+/// A loaded model's facts plus what rendering and tokenizing need.
 struct Loaded {
     info: ModelInfo,
     chat: Arc<ChatFormat>,
+    tokenizer: Tokenizer,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded").field("info", &self.info).finish_non_exhaustive()
+    }
 }
 
 impl Loaded {
@@ -104,10 +117,6 @@ enum Command {
     Generate(Box<Job>),
     /// A job that only evaluates its prompt, numbered in submission order.
     Prefill(Box<Job>, u64),
-    Tokenize {
-        prompt: worker::PromptInput,
-        reply: mpsc::Sender<Result<Vec<i32>, EngineError>>,
-    },
     /// Answered once everything queued before it has been served.
     Idle(mpsc::Sender<()>),
 }
@@ -214,10 +223,10 @@ impl Engine {
             .name("firstword-inference".into())
             .stack_size(LARGE_STACK_BYTES)
             .spawn(move || {
-                let report = move |result: Result<(ModelInfo, Arc<ChatFormat>), EngineError>| {
+                let report = move |result: Result<(ModelInfo, Arc<ChatFormat>, Tokenizer), EngineError>| {
                     if let Some(shared) = reporter.upgrade() {
                         *shared.state.lock() = match result {
-                            Ok((info, chat)) => LoadState::Ready(Arc::new(Loaded { info, chat })),
+                            Ok((info, chat, tokenizer)) => LoadState::Ready(Arc::new(Loaded { info, chat, tokenizer })),
                             Err(e) => LoadState::Failed(e),
                         };
                         shared.state_changed.notify_all();
@@ -409,18 +418,6 @@ impl Engine {
     #[must_use]
     pub fn cache_status(&self) -> CacheStatus {
         self.shared.signals.cache_status.lock().clone()
-    }
-
-    /// Tokenizes a prompt exactly as a generation would (template, BOS handling). Waits its turn
-    /// in the queue; blocks the current thread (not for use inside an async runtime).
-    ///
-    /// # Errors
-    /// Not loaded, shutting down, template rejection, or an empty prompt.
-    pub fn tokenize_blocking(&self, prompt: &Prompt) -> Result<Vec<i32>, EngineError> {
-        let (prompt, _) = self.loaded()?.render(prompt)?;
-        let (reply, answer) = mpsc::channel();
-        self.shared.commands.send(Command::Tokenize { prompt, reply }).map_err(|_| EngineError::ShuttingDown)?;
-        answer.recv().map_err(|_| EngineError::ShuttingDown)?
     }
 
     /// Blocks until every request queued before this call has been served, including the cache

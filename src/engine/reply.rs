@@ -2,17 +2,19 @@
 //! text (held back where it may be a stop string or half a character), and ends the reply on
 //! an end-of-generation token, a stop string, the token limit, or the client's request.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::logprobs::{token_logprob, LogprobQueue};
 use super::sampling::TokenPicker;
 use super::sequence::LiveSequence;
 use super::speculation::Speculating;
 use super::text::{StopMatcher, StopScan, Utf8Stream};
-use super::{EngineError, Event, FinishReason, GenerationRequest};
+use super::tokenizer::Tokenizer;
+use super::{EngineError, Event, FinishReason, GenerationRequest, ReasoningFormat};
 
 /// Why a request ended without a finished reply.
 pub(super) enum Halt {
@@ -50,8 +52,21 @@ pub(super) struct Reply<'j> {
     limit: u32,
     /// Tokens generated.
     tokens: u32,
+    /// Of these, those generated inside the model's reasoning.
+    reasoning_tokens: u32,
     /// All text sent.
     text: String,
+    /// Log-probabilities waiting for their text, when the request asked for them.
+    logprobs: Option<LogprobQueue>,
+}
+
+/// A thinking model's reasoning in a reply: its markers and how many tokens it may take.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ReasoningLimit {
+    /// The model's reasoning markers.
+    pub(super) format: ReasoningFormat,
+    /// Most reasoning tokens before the engine closes the reasoning itself.
+    pub(super) budget: Option<u32>,
 }
 
 impl<'j> Reply<'j> {
@@ -62,7 +77,16 @@ impl<'j> Reply<'j> {
         shutting_down: &'j AtomicBool,
         limit: u32,
     ) -> Self {
-        Self { events, finish_requested, shutting_down, limit, tokens: 0, text: String::new() }
+        Self {
+            events,
+            finish_requested,
+            shutting_down,
+            limit,
+            tokens: 0,
+            reasoning_tokens: 0,
+            text: String::new(),
+            logprobs: None,
+        }
     }
 
     /// Tokens generated.
@@ -70,54 +94,81 @@ impl<'j> Reply<'j> {
         self.tokens
     }
 
+    /// Tokens generated inside the model's reasoning.
+    pub(super) fn reasoning_tokens(&self) -> u32 {
+        self.reasoning_tokens
+    }
+
     /// All text sent, the reply as the client has it.
     pub(super) fn into_text(self) -> String {
         self.text
     }
 
-    /// Sends text to the client; false if the client is gone.
+    /// Sends text to the client, after the log-probabilities of the tokens it completes;
+    /// false if the client is gone.
     fn send(&mut self, text: String) -> bool {
         if text.is_empty() {
             return true;
         }
         self.text.push_str(&text);
+        let sent = self.text.len();
+        if let Some(ready) = self.logprobs.as_mut().map(|queue| queue.release(sent)).filter(|r| !r.is_empty()) {
+            if self.events.send(Event::Logprobs(ready)).is_err() {
+                return false;
+            }
+        }
         self.events.send(Event::Text(text)).is_ok()
     }
 
-    /// Sends what is left and ends the reply with `reason`, unless the client is gone.
+    /// Sends what is left (and the log-probabilities of the tokens that gave it) and ends the
+    /// reply with `reason`, unless the client is gone.
     fn end(&mut self, tail: String, reason: FinishReason) -> Result<FinishReason, Halt> {
-        if self.send(tail) {
-            Ok(reason)
-        } else {
-            Err(Halt::Cancelled)
+        if !self.send(tail) {
+            return Err(Halt::Cancelled);
         }
+        let sent = self.text.len();
+        if let Some(rest) = self.logprobs.as_mut().map(|queue| queue.release_rest(sent)).filter(|r| !r.is_empty()) {
+            self.events.send(Event::Logprobs(rest)).map_err(|_| Halt::Cancelled)?;
+        }
+        Ok(reason)
     }
 
     /// Generates from the logits at `logits_index` on, evaluating each picked token (with
     /// drafts, through `speculating`) until the reply ends. The last picked token is not
-    /// evaluated: the next turn's prefill does that.
+    /// evaluated: the next turn's prefill does that. With a `reasoning` budget, the end of
+    /// the reasoning is written in place of sampled tokens once the budget is spent.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn generate(
         &mut self,
-        model: &LlamaModel,
+        tokenizer: &Tokenizer,
         request: &GenerationRequest,
         mut picker: TokenPicker<'_>,
+        reasoning: Option<ReasoningLimit>,
         sequence: &mut LiveSequence<'_>,
         speculating: &mut Speculating<'_>,
         mut logits_index: i32,
     ) -> Result<FinishReason, Halt> {
-        let vocab = model.vocab();
+        let vocab = tokenizer.model().vocab();
         let mut utf8 = Utf8Stream::default();
         let mut stops = StopMatcher::new(&request.stop);
         let n_ctx = sequence.n_ctx() as usize;
-        // Markers that are single special tokens are shown; other special tokens are not.
+        // Markers that are single special tokens are shown (the reasoning's too, so the text
+        // can be split); other special tokens are not.
+        let markers = reasoning.iter().flat_map(|r| [r.format.open, r.format.close]);
         let preserved: Vec<LlamaToken> = request
             .preserved_tokens
             .iter()
+            .map(String::as_str)
+            .chain(markers)
             .filter_map(|text| match vocab.tokenize(text.as_bytes(), false, true).as_slice() {
                 [token] => Some(*token),
                 _ => None,
             })
             .collect();
+        let top_logprobs = request.logprobs.map(|n| n as usize);
+        self.logprobs = top_logprobs.map(|_| LogprobQueue::default());
+        // The end of the reasoning, written token by token once the budget is spent.
+        let mut forced: Option<VecDeque<LlamaToken>> = None;
         let reason = loop {
             if self.tokens >= self.limit {
                 break FinishReason::Length;
@@ -127,13 +178,30 @@ impl<'j> Reply<'j> {
                 break FinishReason::Stop;
             }
             fail::fail_point!("engine::token");
-            let token = picker.pick(sequence.target(), logits_index)?;
+            let thinking = picker.in_reasoning();
+            if let Some(ReasoningLimit { format, budget: Some(budget) }) = reasoning {
+                if thinking && forced.is_none() && self.reasoning_tokens >= budget {
+                    forced = Some(vocab.tokenize(format.forced_close.as_bytes(), false, true).into());
+                }
+            }
+            let token = match forced.as_mut().and_then(VecDeque::pop_front) {
+                Some(token) => {
+                    picker.force(token)?;
+                    token
+                }
+                None => picker.pick(sequence.target(), logits_index)?,
+            };
             if vocab.is_eog(token) {
                 break FinishReason::Stop;
             }
             self.tokens += 1;
+            self.reasoning_tokens += u32::from(thinking);
             let piece = vocab.token_to_piece(token, preserved.contains(&token), None);
             let text = utf8.push(&piece);
+            if let (Some(queue), Some(top)) = (self.logprobs.as_mut(), top_logprobs) {
+                let logits = sequence.target().get_logits_ith(logits_index);
+                queue.push(token_logprob(tokenizer, logits, token, piece, top), text.len());
+            }
             // Stop strings cut free text only, never constrained output (a call, JSON).
             let scan =
                 if picker.constraining() { StopScan::Continue(stops.finish() + &text) } else { stops.push(&text) };

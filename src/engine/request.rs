@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::chat::tools::ToolDefinition;
-use crate::chat::{ChatMessage, Grammar};
+use crate::chat::{ChatMessage, Grammar, TemplateKwargs};
 use crate::engine::{EngineError, SamplingParams};
 
 /// The text to continue.
@@ -19,11 +19,21 @@ pub enum Prompt {
         /// Functions the model may call: given to templates that render tools, described in the
         /// system message for the others (see [`crate::chat::tools::prepare_messages`]).
         tools: Vec<ToolDefinition>,
+        /// Extra variables for the chat template (`enable_thinking`, `reasoning_effort`, ...).
+        template_kwargs: TemplateKwargs,
     },
     /// Raw text, tokenized as is (special tokens in it are parsed).
     Text(String),
     /// Token ids, evaluated as given.
     Tokens(Vec<i32>),
+}
+
+impl Prompt {
+    /// A conversation offering `tools`, rendered with no extra template variables.
+    #[must_use]
+    pub fn chat(messages: Vec<ChatMessage>, tools: Vec<ToolDefinition>) -> Self {
+        Self::Chat { messages, tools, template_kwargs: TemplateKwargs::new() }
+    }
 }
 
 /// One generation request.
@@ -43,19 +53,31 @@ pub struct GenerationRequest {
     pub grammar: Option<Grammar>,
     /// Special tokens to show as text (tool-call markers); other special tokens are not shown.
     pub preserved_tokens: Vec<String>,
+    /// Report each generated token's log-probability ([`Event::Logprobs`]) with this many of
+    /// the likeliest tokens at its position (at most [`MAX_TOP_LOGPROBS`]); `None`: none.
+    pub logprobs: Option<u32>,
+    /// Most tokens a model that thinks may spend on its reasoning: then the engine writes the
+    /// end of the reasoning itself and the answer starts. Applies to chat prompts whose template
+    /// thinks; `None`: the engine's default ([`EngineConfig::reasoning_budget`](crate::EngineConfig)).
+    pub reasoning_budget: Option<u32>,
 }
+
+/// Most alternatives [`GenerationRequest::logprobs`] may ask for (OpenAI's `top_logprobs` limit).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 impl GenerationRequest {
     /// A chat request with default sampling and no limits.
     #[must_use]
     pub fn chat(messages: Vec<ChatMessage>) -> Self {
         Self {
-            prompt: Prompt::Chat { messages, tools: Vec::new() },
+            prompt: Prompt::chat(messages, Vec::new()),
             max_tokens: None,
             stop: Vec::new(),
             sampling: SamplingParams::default(),
             grammar: None,
             preserved_tokens: Vec::new(),
+            logprobs: None,
+            reasoning_budget: None,
         }
     }
 }
@@ -81,6 +103,8 @@ pub struct Usage {
     /// Messages of the oldest turns left out because the conversation did not fit the
     /// context ([`ContextOverflow::DropOldest`](crate::engine::ContextOverflow::DropOldest)).
     pub dropped_messages: u32,
+    /// Of the generated tokens, those spent inside the model's reasoning.
+    pub reasoning_tokens: u32,
 }
 
 /// Where the time of one request went.
@@ -279,7 +303,14 @@ pub enum Event {
         prompt_tokens: u32,
         /// Of these, how many the KV cache already held.
         cached_tokens: u32,
+        /// The prompt opened the model's reasoning (its template ends the generation prompt
+        /// with the open marker): the reply starts inside it, without the marker.
+        in_reasoning: bool,
     },
+    /// The log-probabilities of generated tokens (when the request asked for them), sent just
+    /// before the [`Event::Text`] that holds their text. Tokens whose text was held back as a
+    /// stop string are left out.
+    Logprobs(Vec<TokenLogprob>),
     /// Newly generated text (whole UTF-8 characters, stop strings withheld).
     Text(String),
     /// Generation ended normally.
@@ -293,6 +324,28 @@ pub enum Event {
     },
     /// Generation could not start or was interrupted.
     Failed(EngineError),
+}
+
+/// A generated token's log-probability and the likeliest tokens at its position, under the
+/// model's own distribution (log-softmax of the logits, before sampling settings such as
+/// temperature, penalties, logit bias or a grammar).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The token generated.
+    pub chosen: Candidate,
+    /// The likeliest tokens, most likely first (as many as asked for).
+    pub top: Vec<Candidate>,
+}
+
+/// One token and its log-probability.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// Its id.
+    pub token: i32,
+    /// Its text's bytes (part of a UTF-8 character where a token splits one).
+    pub bytes: Vec<u8>,
+    /// Natural log of its probability.
+    pub logprob: f32,
 }
 
 /// What one prefill did ([`crate::Engine::prefill`]).

@@ -9,6 +9,8 @@ use llama_cpp_2::token::logit_bias::LlamaLogitBias;
 use llama_cpp_2::token::LlamaToken;
 
 use super::{EngineError, Grammar};
+use crate::chat::tools::allow_reasoning;
+use crate::chat::ReasoningSplitter;
 
 /// How the next token is chosen. Defaults match llama-server's.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,6 +120,9 @@ pub(crate) struct TokenPicker<'m> {
     /// look at those alone; `None` when only the whole vocabulary gives the exact result.
     shortlist_need: Option<usize>,
     constraint: Option<Constraint>,
+    /// Follows a thinking model's reasoning: a lazy grammar's triggers are watched in the
+    /// answer only.
+    reasoning: Option<ReasoningSplitter>,
 }
 
 /// A grammar and whether it applies yet.
@@ -203,7 +208,8 @@ impl TriggerWatch {
 }
 
 impl<'m> TokenPicker<'m> {
-    /// A picker for one request.
+    /// A picker for one request; `reasoning` follows the reasoning of a model that thinks (an
+    /// eager grammar then lets the reasoning come first, see [`allow_reasoning`]).
     ///
     /// # Errors
     /// [`EngineError::InvalidGrammar`] if llama.cpp cannot parse the grammar.
@@ -211,8 +217,15 @@ impl<'m> TokenPicker<'m> {
         model: &'m LlamaModel,
         params: &SamplingParams,
         grammar: Option<&Grammar>,
+        reasoning: Option<ReasoningSplitter>,
     ) -> Result<Self, EngineError> {
-        let constraint = match grammar {
+        let reasoned = match (grammar, &reasoning) {
+            (Some(grammar), Some(splitter)) => {
+                Some(allow_reasoning(grammar, splitter.format(), splitter.in_reasoning()))
+            }
+            (grammar, _) => grammar.cloned(),
+        };
+        let constraint = match reasoned.as_ref() {
             None => None,
             Some(grammar) => Some(Constraint {
                 grammar: LlamaSampler::grammar(model, &grammar.gbnf, &grammar.root)
@@ -231,7 +244,35 @@ impl<'m> TokenPicker<'m> {
             p if p.temperature <= 0.0 || p.top_k > 0 => Some(1),
             _ => None,
         };
-        Ok(Self { model, chain: build_sampler(params, model.n_vocab()), shortlist_need, constraint })
+        Ok(Self { model, chain: build_sampler(params, model.n_vocab()), shortlist_need, constraint, reasoning })
+    }
+
+    /// Whether the reply is inside the model's reasoning now.
+    pub(crate) fn in_reasoning(&self) -> bool {
+        self.reasoning.as_ref().is_some_and(ReasoningSplitter::in_reasoning)
+    }
+
+    /// Makes `token` the next one without sampling (text the engine writes itself: the end
+    /// of the reasoning when its budget is spent), as if it had been picked.
+    ///
+    /// # Errors
+    /// [`EngineError::GrammarDeadEnd`] if an active grammar does not allow it.
+    pub(crate) fn force(&mut self, token: LlamaToken) -> Result<(), EngineError> {
+        if let Some(constraint) = self.constraint.as_mut().filter(|c| c.awaiting.is_none()) {
+            constraint.grammar.try_accept(token).map_err(|e| dead_end(&format!("grammar rejected a token ({e})")))?;
+        }
+        self.follow_reasoning(token);
+        self.chain.accept(token);
+        Ok(())
+    }
+
+    /// Feeds a picked token's text to the reasoning splitter.
+    fn follow_reasoning(&mut self, token: LlamaToken) {
+        if let Some(splitter) = self.reasoning.as_mut() {
+            if !self.model.vocab().is_eog(token) {
+                splitter.push(&String::from_utf8_lossy(&self.model.vocab().token_to_piece(token, true, None)));
+            }
+        }
     }
 
     /// Whether a grammar constrains the output now (a lazy grammar once its trigger appeared):
@@ -245,16 +286,16 @@ impl<'m> TokenPicker<'m> {
     /// # Errors
     /// [`EngineError::GrammarDeadEnd`] if the grammar allows no token at all.
     pub(crate) fn pick(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<LlamaToken, EngineError> {
-        match self.constraint.as_ref() {
-            None => return Ok(self.chain.sample(ctx, index)),
-            Some(constraint) if constraint.awaiting.is_some() => {
-                if let Some(token) = self.pick_awaiting_trigger(ctx, index)? {
-                    return Ok(token);
-                }
-            }
-            Some(_) => {}
-        }
-        self.pick_constrained(ctx, index)
+        let token = match self.constraint.as_ref() {
+            None => self.chain.sample(ctx, index),
+            Some(constraint) if constraint.awaiting.is_some() => match self.pick_awaiting_trigger(ctx, index)? {
+                Some(token) => return Ok(token),
+                None => self.pick_constrained(ctx, index)?,
+            },
+            Some(_) => self.pick_constrained(ctx, index)?,
+        };
+        self.follow_reasoning(token);
+        Ok(token)
     }
 
     /// Free sampling while a lazy grammar waits for its trigger. When the picked token completes
@@ -263,7 +304,7 @@ impl<'m> TokenPicker<'m> {
     /// completing `<tool_call>`, ` {\n` opening the reply), the grammar starts with the
     /// trigger's part in earlier tokens (possibly none) and this position is sampled again
     /// under it: `None` asks the caller to do so. The rejected token's text before the trigger
-    /// is then not written.
+    /// is then not written. Only the answer is watched, not a thinking model's reasoning.
     fn pick_awaiting_trigger(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<Option<LlamaToken>, EngineError> {
         let vocab = self.model.vocab();
         let mut candidates = ctx.token_data_array_ith(index);
@@ -271,8 +312,16 @@ impl<'m> TokenPicker<'m> {
         let token = candidates.selected_token().ok_or_else(|| dead_end("the sampler chose no token"))?;
         let Some(constraint) = self.constraint.as_mut() else { return Ok(Some(token)) };
         let Some(watch) = constraint.awaiting.as_mut() else { return Ok(Some(token)) };
+        let mut reasoning = self.reasoning.clone();
         if !vocab.is_eog(token) {
-            if let Some(fired) = watch.push(&vocab.token_to_piece(token, true, None)) {
+            let piece = vocab.token_to_piece(token, true, None);
+            let answer = match reasoning.as_mut() {
+                Some(splitter) if !splitter.answering() => {
+                    splitter.push(&String::from_utf8_lossy(&piece)).content.into_bytes()
+                }
+                _ => piece,
+            };
+            if let Some(fired) = watch.push(&answer) {
                 constraint.awaiting = None;
                 if feed_text(self.model, &mut constraint.grammar, &fired.text).is_err() {
                     constraint.grammar.reset();
@@ -281,6 +330,7 @@ impl<'m> TokenPicker<'m> {
                 }
             }
         }
+        self.reasoning = reasoning;
         self.chain.accept(token);
         Ok(Some(token))
     }

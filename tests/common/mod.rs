@@ -59,15 +59,28 @@ pub(crate) struct TestServer {
 /// A server shared by the tests of one test binary, started on first use, one test at a time:
 /// tests look at the cache, so their requests must not interleave.
 pub(crate) struct SharedServer {
-    model: fn() -> PathBuf,
+    setup: Setup,
     server: OnceLock<TestServer>,
     lock: tokio::sync::Mutex<()>,
+}
+
+/// What a shared server runs.
+enum Setup {
+    /// This model with the test settings.
+    Model(fn() -> PathBuf),
+    /// These settings.
+    Config(fn() -> EngineConfig),
 }
 
 impl SharedServer {
     /// A server over the model at `model()`, not started yet.
     pub(crate) const fn new(model: fn() -> PathBuf) -> Self {
-        Self { model, server: OnceLock::new(), lock: tokio::sync::Mutex::const_new(()) }
+        Self { setup: Setup::Model(model), server: OnceLock::new(), lock: tokio::sync::Mutex::const_new(()) }
+    }
+
+    /// A server with the engine settings `config()`, not started yet.
+    pub(crate) const fn configured(config: fn() -> EngineConfig) -> Self {
+        Self { setup: Setup::Config(config), server: OnceLock::new(), lock: tokio::sync::Mutex::const_new(()) }
     }
 
     /// Waits for the other tests, then starts the server if it is not running yet (on
@@ -75,8 +88,11 @@ impl SharedServer {
     pub(crate) async fn exclusive(&'static self) -> (ServerLock, &'static TestServer) {
         let guard = self.lock.lock().await;
         let server = self.server.get_or_init(|| {
-            let engine = Engine::start(test_config((self.model)())).expect("the test model loads");
-            spawn_server(engine)
+            let config = match self.setup {
+                Setup::Model(model) => test_config(model()),
+                Setup::Config(config) => config(),
+            };
+            spawn_server(Engine::start(config).expect("the test model loads"))
         });
         (ServerLock { _guard: guard, engine: server.engine.clone() }, server)
     }
@@ -157,6 +173,51 @@ pub(crate) async fn post(base: &str, body: &Value) -> (u16, Value) {
     (status, response.json().await.expect("JSON body"))
 }
 
+/// A greedy chat body asking `question` in at most `max_tokens`, with the fields of `extra`
+/// added (or replaced).
+pub(crate) fn greedy_chat(question: &str, max_tokens: u32, extra: Value) -> Value {
+    let mut body =
+        json!({"messages": [{"role": "user", "content": question}], "max_tokens": max_tokens, "temperature": 0});
+    for (key, value) in extra.as_object().expect("an object") {
+        body[key] = value.clone();
+    }
+    body
+}
+
+/// Posts `body` to `path` (`/v1/completions`, `/tokenize`, ...); returns the status and the
+/// JSON body.
+pub(crate) async fn post_json(base: &str, path: &str, body: &Value) -> (u16, Value) {
+    let response = reqwest::Client::new().post(format!("{base}{path}")).json(body).send().await.expect("request");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON body"))
+}
+
+/// Posts `body` to `path` and reads the event stream: each event's name (`event:`, if any) and
+/// its `data:` as JSON (`[DONE]` as the string "[DONE]").
+pub(crate) async fn post_events(base: &str, path: &str, body: &Value) -> (u16, Vec<(Option<String>, Value)>) {
+    let response = reqwest::Client::new().post(format!("{base}{path}")).json(body).send().await.expect("request");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    let events = text
+        .split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .filter_map(|block| {
+            let mut name = None;
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(value) = line.strip_prefix("event:") {
+                    name = Some(value.trim().to_string());
+                } else if let Some(value) = line.strip_prefix("data:") {
+                    let value = value.trim();
+                    data = Some(serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string())));
+                }
+            }
+            data.map(|data| (name, data))
+        })
+        .collect();
+    (status, events)
+}
+
 /// Posts a streamed chat completion; checks that the answer is an event stream and returns
 /// the status and the stream's payloads.
 pub(crate) async fn post_stream(base: &str, body: &Value) -> (u16, Vec<SseData>) {
@@ -204,7 +265,7 @@ pub(crate) fn generate(engine: &Engine, request: GenerationRequest) -> Generated
             Event::Text(piece) => text.push_str(&piece),
             Event::Finished { reason, usage, timings } => return Generated { text, reason, usage, timings },
             Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Logprobs(_) => {}
         }
     }
     panic!("no Finished event");
@@ -223,7 +284,7 @@ pub(crate) fn greedy(engine: &Engine, prompt: Prompt, max_tokens: u32) -> Genera
 
 /// A chat prompt of `messages`, without tools.
 pub(crate) fn chat(messages: &[firstword::ChatMessage]) -> Prompt {
-    Prompt::Chat { messages: messages.to_vec(), tools: Vec::new() }
+    Prompt::chat(messages.to_vec(), Vec::new())
 }
 
 /// Starts a dedicated server over `engine` on 127.0.0.1:0 (for tests needing special settings).

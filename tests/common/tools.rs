@@ -214,9 +214,8 @@ pub(crate) async fn json_schema_replies_validate(server: &TestServer) {
 async fn shared_prompt_tokens(engine: &Engine, a: Vec<ChatMessage>, b: Vec<ChatMessage>) -> u64 {
     let engine = engine.clone();
     tokio::task::spawn_blocking(move || {
-        let tokens = |messages| {
-            engine.tokenize_blocking(&Prompt::Chat { messages, tools: tool_definitions() }).expect("tokenize")
-        };
+        let tokens =
+            |messages| engine.tokenize_blocking(&Prompt::chat(messages, tool_definitions())).expect("tokenize");
         let (a, b) = (tokens(a), tokens(b));
         a.iter().zip(&b).take_while(|(x, y)| x == y).count() as u64
     })

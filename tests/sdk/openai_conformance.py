@@ -7,33 +7,34 @@ so a field the SDK cannot read shows up here. Prints `PASS name`, `FAIL name: re
 `SKIP name: reason` per check and exits 1 when any check failed. tests/openai_sdk.rs runs it.
 """
 
-import json
-import sys
-import traceback
-
 import openai
 from pydantic import BaseModel
+
+from harness import (
+    WEATHER_QUESTION,
+    WEATHER_SCHEMA,
+    CheckFailed,
+    Skipped,
+    checks,
+    client,
+    expect,
+    expect_api_error,
+    expect_matches,
+    is_int,
+    main,
+)
 
 # The model is tiny and runs on a CPU: short answers keep the whole run well under a minute.
 TEXT_TOKENS = 48
 STRUCTURED_TOKENS = 96
 
-WEATHER_QUESTION = [{"role": "user", "content": "What's the weather in Paris in celsius?"}]
 TIMER_REQUEST = [{"role": "user", "content": "Set a timer for 10 minutes."}]
 WEATHER_AS_JSON = [
     {"role": "user", "content": "Give the weather in Paris as JSON: the city and the temperature in celsius."}
 ]
 
 TOOL_SCHEMAS = {
-    "get_weather": {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string"},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        },
-        "required": ["city", "unit"],
-        "additionalProperties": False,
-    },
+    "get_weather": WEATHER_SCHEMA,
     "set_timer": {
         "type": "object",
         "properties": {"minutes": {"type": "integer", "minimum": 1}},
@@ -60,61 +61,6 @@ class Weather(BaseModel):
     celsius: int
 
 
-class CheckFailed(Exception):
-    pass
-
-
-class Skipped(Exception):
-    pass
-
-
-def expect(condition, reason):
-    if not condition:
-        raise CheckFailed(reason)
-
-
-def is_int(value):
-    # JSON true/false load as bool, a subclass of int.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def schema_errors(value, schema, path="$"):
-    """The violations of the JSON Schema subset the checks use (type, properties, required,
-    additionalProperties false, enum, minimum)."""
-    kind = schema.get("type")
-    if kind == "object":
-        if not isinstance(value, dict):
-            return [f"{path} is not an object: {value!r}"]
-        properties = schema.get("properties", {})
-        errors = [f"{path}.{key} is missing" for key in schema.get("required", []) if key not in value]
-        for key, item in value.items():
-            if key in properties:
-                errors += schema_errors(item, properties[key], f"{path}.{key}")
-            elif schema.get("additionalProperties") is False:
-                errors.append(f"{path}.{key} is not allowed")
-        return errors
-    if kind == "string" and not isinstance(value, str):
-        return [f"{path} is not a string: {value!r}"]
-    if kind == "integer" and not is_int(value):
-        return [f"{path} is not an integer: {value!r}"]
-    if "enum" in schema and value not in schema["enum"]:
-        return [f"{path} is not one of {schema['enum']}: {value!r}"]
-    if "minimum" in schema and value < schema["minimum"]:
-        return [f"{path} is below {schema['minimum']}: {value!r}"]
-    return []
-
-
-def expect_matches(text, schema, what):
-    """Parses `text` as JSON and checks it against `schema`; returns the value."""
-    try:
-        value = json.loads(text)
-    except (TypeError, json.JSONDecodeError) as error:
-        raise CheckFailed(f"{what} is not JSON ({error}): {text!r}")
-    errors = schema_errors(value, schema)
-    expect(not errors, f"{what} {text!r}: {'; '.join(errors)}")
-    return value
-
-
 def expect_tool_call(call_id, kind, name, arguments):
     expect(call_id is None or call_id.startswith("call_"), f"tool call id {call_id!r} does not start with call_")
     expect(kind == "function", f"tool call type {kind!r}")
@@ -131,23 +77,9 @@ def expect_usage(usage):
     expect(details is not None and is_int(details.cached_tokens), f"prompt_tokens_details.cached_tokens: {details}")
 
 
-def expect_api_error(error, status):
-    """The SDK's view of an OpenAI error envelope: `body` is the unwrapped `error` object."""
-    expect(error.status_code == status, f"status {error.status_code}, expected {status}")
-    envelope = error.response.json()
-    expect(isinstance(envelope, dict) and isinstance(envelope.get("error"), dict), f"no error envelope: {envelope}")
-    missing = {"message", "type", "param", "code"} - envelope["error"].keys()
-    expect(not missing, f"error envelope lacks {sorted(missing)}: {envelope}")
-    expect(isinstance(error.body, dict) and error.body == envelope["error"], f"SDK body {error.body!r}")
-    expect(
-        isinstance(error.message, str) and envelope["error"]["message"] in error.message, f"message {error.message!r}"
-    )
-
-
 class Session:
     def __init__(self, base_url, model):
-        # No retries: a failing request must fail its check, not be retried into a pass.
-        self.client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=120)
+        self.client = client(base_url)
         self.model = model
         # The assistant message of `tools_required`, sent back by `tool_result_follow_up`.
         self.weather_call = None
@@ -168,12 +100,7 @@ class Session:
         raise Skipped(f"openai {openai.__version__} has no chat.completions.{name}")
 
 
-CHECKS = []
-
-
-def check(function):
-    CHECKS.append(function)
-    return function
+CHECKS, check = checks()
 
 
 @check
@@ -401,36 +328,5 @@ def json_schema_response(session):
     expect_matches(choice.message.content, WEATHER_SCHEMA, f"content (finish_reason {choice.finish_reason!r})")
 
 
-def one_line(error):
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 600 else text[:600] + "..."
-
-
-def main():
-    if len(sys.argv) != 3:
-        sys.exit(f"usage: {sys.argv[0]} BASE_URL MODEL")
-    session = Session(*sys.argv[1:])
-    print(f"openai {openai.__version__} against {sys.argv[1]} (model {sys.argv[2]})")
-    failed = 0
-    for run in CHECKS:
-        name = run.__name__
-        try:
-            run(session)
-            print(f"PASS {name}")
-        except Skipped as reason:
-            print(f"SKIP {name}: {reason}")
-        except CheckFailed as reason:
-            failed += 1
-            print(f"FAIL {name}: {one_line(reason)}")
-        except Exception as error:  # one broken check must not hide the others
-            failed += 1
-            print(f"FAIL {name}: {type(error).__name__}: {one_line(error)}")
-            if not isinstance(error, openai.OpenAIError):
-                traceback.print_exc()
-        sys.stdout.flush()
-    print(f"{failed} of {len(CHECKS)} checks failed")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    main(CHECKS, Session)

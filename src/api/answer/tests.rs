@@ -21,7 +21,7 @@ fn content(deltas: &[Delta]) -> String {
 
 #[test]
 fn plain_text_passes_through_as_content() {
-    let mut shaper = AnswerShaper::new(text_plan(None));
+    let mut shaper = AnswerShaper::new(text_plan(None), false);
     let shaped = shaper.text("Hello".into());
     assert_eq!((content(&shaped.deltas), shaped.done), ("Hello".to_string(), false));
     assert!(shaper.text(String::new()).deltas.is_empty(), "empty text sends nothing");
@@ -32,7 +32,7 @@ fn plain_text_passes_through_as_content() {
 
 #[test]
 fn a_call_streams_its_name_then_its_arguments() {
-    let mut shaper = AnswerShaper::new(calls_plan());
+    let mut shaper = AnswerShaper::new(calls_plan(), false);
     let shaped = shaper.text(format!("Sure. {}", call_text("set_timer", "{\"minutes\": 2}")));
     assert_eq!(content(&shaped.deltas), "Sure. ");
     assert_eq!(started_calls(&shaped.deltas), [0]);
@@ -44,7 +44,7 @@ fn a_call_streams_its_name_then_its_arguments() {
 
 #[test]
 fn a_repeated_call_is_dropped_and_ends_the_reply() {
-    let mut shaper = AnswerShaper::new(calls_plan());
+    let mut shaper = AnswerShaper::new(calls_plan(), false);
     let first = shaper.text(call_text("set_timer", "{\"minutes\": 2}"));
     assert!(!first.done);
     // The same arguments written with other spacing are the same call.
@@ -58,7 +58,7 @@ fn a_repeated_call_is_dropped_and_ends_the_reply() {
 
 #[test]
 fn a_second_call_to_a_function_is_held_until_complete_then_sent() {
-    let mut shaper = AnswerShaper::new(calls_plan());
+    let mut shaper = AnswerShaper::new(calls_plan(), false);
     let _ = shaper.text(call_text("set_timer", "{\"minutes\": 2}"));
     let second = call_text("set_timer", "{\"minutes\": 3}");
     let (opening, rest) = second.split_at(second.find("3").expect("the argument"));
@@ -74,7 +74,7 @@ fn a_second_call_to_a_function_is_held_until_complete_then_sent() {
 
 #[test]
 fn a_held_call_cut_by_the_end_of_the_reply_is_sent_at_the_finish() {
-    let mut shaper = AnswerShaper::new(calls_plan());
+    let mut shaper = AnswerShaper::new(calls_plan(), false);
     let _ = shaper.text(call_text("set_timer", "{\"minutes\": 2}"));
     let second = shaper.text("\n<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"minutes\": 3".into());
     assert!(started_calls(&second.deltas).is_empty());
@@ -85,12 +85,12 @@ fn a_held_call_cut_by_the_end_of_the_reply_is_sent_at_the_finish() {
 
 #[test]
 fn a_call_cut_by_a_stop_is_refused_not_returned() {
-    let mut shaper = AnswerShaper::new(calls_plan());
+    let mut shaper = AnswerShaper::new(calls_plan(), false);
     let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"argu".into());
     let error = shaper.finish(FinishReason::Stop).err().expect("a cut call is no answer");
     assert!(matches!(&error, OutputError::CutCall { name, .. } if name == "set_timer"), "{error}");
     // At the token limit the cut call is reported as such, with finish_reason "length".
-    let mut shaper = AnswerShaper::new(calls_plan());
+    let mut shaper = AnswerShaper::new(calls_plan(), false);
     let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"min".into());
     let ending = shaper.finish(FinishReason::Length).expect("an answer");
     assert_eq!((ending.finish_reason, ending.calls.len()), ("length", 1));
@@ -98,7 +98,7 @@ fn a_call_cut_by_a_stop_is_refused_not_returned() {
 
 #[test]
 fn arguments_that_break_the_schema_are_refused() {
-    let mut shaper = AnswerShaper::new(calls_plan());
+    let mut shaper = AnswerShaper::new(calls_plan(), false);
     let _ = shaper.text(call_text("set_timer", "{\"minutes\": \"two\"}"));
     let error = shaper.finish(FinishReason::Stop).err().expect("a string is no integer");
     assert!(matches!(error, OutputError::Arguments(ArgumentsError::SchemaMismatch { .. })), "{error}");
@@ -108,7 +108,7 @@ fn arguments_that_break_the_schema_are_refused() {
 fn a_json_reply_must_match_the_response_format() {
     let schema = serde_json::json!({"type": "object", "required": ["n"]});
     let reply = |text: &str, reason| {
-        let mut shaper = AnswerShaper::new(text_plan(Some(schema.clone())));
+        let mut shaper = AnswerShaper::new(text_plan(Some(schema.clone())), false);
         let _ = shaper.text(text.into());
         shaper.finish(reason)
     };
@@ -124,7 +124,7 @@ fn a_json_reply_must_match_the_response_format() {
 
 #[test]
 fn a_json_object_opening_an_auto_reply_is_a_call() {
-    let mut shaper = AnswerShaper::new(calls_plan());
+    let mut shaper = AnswerShaper::new(calls_plan(), false);
     let shaped = shaper.text(" {\"name\": \"set_timer\", \"arguments\": {\"minutes\": 2}}".into());
     assert!(shaped.deltas.iter().all(|d| d.content.is_none()), "no content");
     let ending = shaper.finish(FinishReason::Stop).expect("an answer");

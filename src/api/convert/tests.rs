@@ -4,12 +4,11 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::api::extract::parse_json;
 use crate::api::tests::{model, timer_tool};
 
 /// `body` parsed and converted as the handler does.
 fn convert(body: &Value) -> Result<ChatJob, ApiError> {
-    parse_json::<ChatCompletionRequest>(body.to_string().as_bytes())?.into_job(&model())
+    ChatBody::parse(body.to_string().as_bytes())?.into_job(&model())
 }
 
 fn accepted(body: Value) -> ChatJob {
@@ -110,7 +109,21 @@ fn each_bad_input_is_a_400_naming_its_field() {
             Some("logit_bias"),
             Some("limit_exceeded"),
         ),
-        ("logprobs requested", with("logprobs", json!(true)), Some("logprobs"), None),
+        ("top_logprobs without logprobs", with("top_logprobs", json!(3)), Some("top_logprobs"), None),
+        (
+            "top_logprobs above 20",
+            json!({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21}),
+            Some("top_logprobs"),
+            None,
+        ),
+        ("reasoning_budget below -1", with("reasoning_budget", json!(-2)), Some("reasoning_budget"), None),
+        ("unknown reasoning_effort", with("reasoning_effort", json!("extreme")), Some("reasoning_effort"), None),
+        (
+            "template kwargs that replace the conversation",
+            with("chat_template_kwargs", json!({"messages": []})),
+            Some("chat_template_kwargs.messages"),
+            None,
+        ),
         (
             "tool_choice required without tools",
             with("tool_choice", json!("required")),
@@ -214,7 +227,7 @@ fn a_plain_request_gets_the_defaults_and_the_model_name() {
     let request = job.request;
     assert_eq!((request.max_tokens, request.stop.len(), request.grammar.is_none()), (None, 0, true));
     assert!(request.preserved_tokens.is_empty());
-    let defaults = SamplingParams::default();
+    let defaults = crate::engine::SamplingParams::default();
     assert_eq!((request.sampling.temperature, request.sampling.top_k), (defaults.temperature, defaults.top_k));
     assert!(job.output.tools.is_none() && job.output.schema.is_none());
 }
@@ -255,7 +268,7 @@ fn messages_become_chat_messages() {
         {"role": "assistant", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
         {"role": "tool", "tool_call_id": "call_2_0", "content": "21C"},
     ]});
-    let Prompt::Chat { messages, tools } = accepted(body).request.prompt else { panic!("a chat prompt") };
+    let Prompt::Chat { messages, tools, .. } = accepted(body).request.prompt else { panic!("a chat prompt") };
     assert!(tools.is_empty());
     let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
     assert_eq!(roles, [Role::System, Role::User, Role::Assistant, Role::Tool]);
@@ -294,12 +307,12 @@ fn a_named_tool_choice_and_json_formats_are_accepted() {
 
 #[test]
 fn a_warm_file_is_a_chat_body_or_a_system_prompt() {
-    let Prompt::Chat { messages, tools } = warm_prompt("You are helpful.\n").expect("text") else { panic!("chat") };
+    let Prompt::Chat { messages, tools, .. } = warm_prompt("You are helpful.\n").expect("text") else { panic!("chat") };
     assert_eq!(messages, vec![ChatMessage::system("You are helpful."), ChatMessage::user("")]);
     assert!(tools.is_empty());
     let body = json!({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
         "tools": weather_tools(), "temperature": 0.3});
-    let Prompt::Chat { messages, tools } = warm_prompt(&body.to_string()).expect("JSON") else { panic!("chat") };
+    let Prompt::Chat { messages, tools, .. } = warm_prompt(&body.to_string()).expect("JSON") else { panic!("chat") };
     assert_eq!(messages.len(), 2);
     assert_eq!(tools.len(), 1);
     let error = warm_prompt(r#"{"messages": [{"role": "wizard", "content": "x"}]}"#).expect_err("bad role");

@@ -9,7 +9,7 @@ use crate::engine::{EngineError, FinishReason};
 
 fn framer(plan: crate::api::convert::OutputPlan, include_usage: bool) -> SseFramer {
     let meta = ResponseMeta { id: "chatcmpl-test".into(), model: "test-model".into(), created: 7 };
-    SseFramer::new(meta, AnswerShaper::new(plan), include_usage)
+    SseFramer::new(meta, AnswerShaper::new(plan, false), include_usage, false)
 }
 
 fn parse(data: &str) -> Value {
@@ -35,7 +35,7 @@ fn text(text: &str) -> Option<Event> {
 }
 
 fn started() -> Option<Event> {
-    Some(Event::Started { prompt_tokens: 10, cached_tokens: 4 })
+    Some(Event::Started { prompt_tokens: 10, cached_tokens: 4, in_reasoning: false })
 }
 
 #[test]

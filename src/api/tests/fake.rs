@@ -8,6 +8,8 @@ use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 
 use super::super::backend::{Backend, EventSource, PrefillFuture};
+use crate::chat::tools::ToolDefinition;
+use crate::chat::{ChatMessage, TemplateKwargs};
 use crate::engine::{CacheStatus, EngineError, EngineLoad, Event, GenerationRequest, ModelInfo, PrefillReport};
 
 /// An engine whose answers are written in advance.
@@ -85,6 +87,31 @@ impl Backend for FakeEngine {
 
     fn load(&self) -> EngineLoad {
         EngineLoad::default()
+    }
+
+    /// One token per byte.
+    fn tokenize(&self, text: String, _: bool, _: bool) -> BoxFuture<'_, Result<Vec<i32>, EngineError>> {
+        Box::pin(std::future::ready(Ok(text.bytes().map(i32::from).collect())))
+    }
+
+    /// Each id's byte.
+    fn token_pieces(&self, tokens: &[i32]) -> Result<Vec<Vec<u8>>, EngineError> {
+        tokens
+            .iter()
+            .map(|&t| {
+                u8::try_from(t).map(|b| vec![b]).map_err(|_| EngineError::InvalidToken { token: t, n_vocab: 256 })
+            })
+            .collect()
+    }
+
+    /// The messages' texts, one per line.
+    fn chat_prompt_text(
+        &self,
+        messages: &[ChatMessage],
+        _: &[ToolDefinition],
+        _: &TemplateKwargs,
+    ) -> Result<String, EngineError> {
+        Ok(messages.iter().map(|m| format!("{}: {}\n", m.role.as_str(), m.content)).collect())
     }
 }
 

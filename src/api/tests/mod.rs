@@ -25,6 +25,7 @@ pub(super) fn model() -> ModelInfo {
         n_swa: None,
         template_source: TemplateSource::Gguf,
         tool_format: ToolFormat::Hermes,
+        reasoning: None,
         threads: 2,
         threads_batch: 2,
     }
@@ -42,13 +43,13 @@ pub(super) fn timer_tool() -> ToolDefinition {
 /// Replies that may call `set_timer`, in the generic (Hermes-style) format.
 pub(super) fn calls_plan() -> OutputPlan {
     let tools = ToolSet::new(vec![timer_tool()]).expect("tools");
-    OutputPlan { format: ToolFormat::Generic, tools: Some(tools), schema: None }
+    OutputPlan { format: ToolFormat::Generic, tools: Some(tools), schema: None, reasoning: None }
 }
 
 /// Plain text replies, or JSON ones matching `schema`.
 pub(super) fn text_plan(schema: Option<Value>) -> OutputPlan {
     let schema = schema.map(|s| OutputSchema::new(&s).expect("schema"));
-    OutputPlan { format: ToolFormat::Generic, tools: None, schema }
+    OutputPlan { format: ToolFormat::Generic, tools: None, schema, reasoning: None }
 }
 
 /// A call as the generic format writes it.
@@ -58,7 +59,7 @@ pub(super) fn call_text(name: &str, arguments: &str) -> String {
 
 /// The usage every scripted `Finished` reports.
 pub(super) const USAGE: Usage =
-    Usage { prompt_tokens: 10, cached_tokens: 4, completion_tokens: 3, dropped_messages: 0 };
+    Usage { prompt_tokens: 10, cached_tokens: 4, completion_tokens: 3, dropped_messages: 0, reasoning_tokens: 0 };
 
 /// A `Finished` event with [`USAGE`].
 /// What the scripted cache did: a restore from the RAM store.

@@ -43,7 +43,7 @@ async fn logged_chat(options: &ServeOptions, body: serde_json::Value, key: &str)
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
     let script = vec![
-        Event::Started { prompt_tokens: 10, cached_tokens: 4 },
+        Event::Started { prompt_tokens: 10, cached_tokens: 4, in_reasoning: false },
         Event::Text("Fine, thanks.".into()),
         finished(FinishReason::Stop),
     ];

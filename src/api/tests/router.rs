@@ -60,7 +60,7 @@ fn hi() -> Value {
 }
 
 fn replying(texts: &[&str], reason: FinishReason) -> Arc<FakeEngine> {
-    let mut script = vec![Event::Started { prompt_tokens: 10, cached_tokens: 4 }];
+    let mut script = vec![Event::Started { prompt_tokens: 10, cached_tokens: 4, in_reasoning: false }];
     script.extend(texts.iter().map(|t| Event::Text((*t).to_string())));
     script.push(finished(reason));
     Arc::new(FakeEngine::answering(script))
@@ -225,7 +225,11 @@ async fn an_engine_refusal_before_started_gets_its_own_status() {
 
 #[tokio::test]
 async fn events_that_stop_without_a_finish_get_500() {
-    let engine = Arc::new(FakeEngine::answering(vec![Event::Started { prompt_tokens: 1, cached_tokens: 0 }]));
+    let engine = Arc::new(FakeEngine::answering(vec![Event::Started {
+        prompt_tokens: 1,
+        cached_tokens: 0,
+        in_reasoning: false,
+    }]));
     assert_error("stopped", &chat(&engine, &hi()).await, StatusCode::INTERNAL_SERVER_ERROR, Some("internal_error"));
     let before_start = Arc::new(FakeEngine::answering(Vec::new()));
     let never_started = chat(&before_start, &hi()).await;
@@ -261,7 +265,7 @@ async fn a_streamed_answer_is_sse_chunks_ending_in_done() {
 #[tokio::test]
 async fn a_failure_mid_stream_is_an_error_event_then_done() {
     let script = vec![
-        Event::Started { prompt_tokens: 1, cached_tokens: 0 },
+        Event::Started { prompt_tokens: 1, cached_tokens: 0, in_reasoning: false },
         Event::Text("Hi".into()),
         Event::Failed(EngineError::Decode("the GPU fell off".into())),
     ];
@@ -313,4 +317,45 @@ async fn a_prefill_answers_with_its_counts_and_a_superseded_one_says_so() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!((status, body), call(&engine, Method::POST, "/v1/chat/completions", bad).await);
     assert!(engine.submitted.lock().is_empty());
+}
+
+#[tokio::test]
+async fn the_tokenizer_endpoints_answer_without_the_queue() {
+    // The fake tokenizer has one token per byte.
+    let engine = Arc::new(FakeEngine::without_room(EngineError::QueueFull { capacity: 1 }));
+    let (status, body) = call(&engine, Method::POST, "/tokenize", r#"{"content": "Hi", "with_pieces": true}"#).await;
+    assert_eq!(status, StatusCode::OK, "a full queue does not hold it: {body}");
+    assert_eq!(body, json!({"tokens": [{"id": 72, "piece": "H"}, {"id": 105, "piece": "i"}]}));
+    let (status, body) = call(&engine, Method::POST, "/detokenize", r#"{"tokens": [72, 105]}"#).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"content": "Hi"})));
+    let (status, body) = call(&engine, Method::POST, "/detokenize", r#"{"tokens": [4096]}"#).await;
+    assert_eq!((status, &body["error"]["code"]), (StatusCode::BAD_REQUEST, &json!("invalid_token")), "{body}");
+    let engine = replying(&[], FinishReason::Stop);
+    let (status, body) = call(&engine, Method::POST, "/apply-template", hi().to_string()).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"prompt": "user: hi\n"})));
+    assert!(engine.submitted.lock().is_empty(), "nothing was generated");
+}
+
+#[tokio::test]
+async fn a_text_completion_has_the_legacy_shape() {
+    let engine = replying(&["Once", " upon"], FinishReason::Length);
+    let (status, body) =
+        call(&engine, Method::POST, "/v1/completions", r#"{"prompt": "Story:", "max_tokens": 2}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((&body["object"], &body["choices"][0]["text"]), (&json!("text_completion"), &json!("Once upon")));
+    assert_eq!(
+        (&body["choices"][0]["finish_reason"], &body["choices"][0]["logprobs"]),
+        (&json!("length"), &Value::Null)
+    );
+    assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], USAGE.cached_tokens);
+    assert!(matches!(&engine.submitted.lock()[0].prompt, crate::engine::Prompt::Text(t) if t == "Story:"));
+}
+
+#[tokio::test]
+async fn a_response_that_was_never_stored_is_a_404() {
+    let engine = replying(&[], FinishReason::Stop);
+    for method in [Method::GET, Method::DELETE] {
+        let (status, body) = call(&engine, method, "/v1/responses/resp_missing", "").await;
+        assert_eq!((status, &body["error"]["code"]), (StatusCode::NOT_FOUND, &json!("response_not_found")), "{body}");
+    }
 }

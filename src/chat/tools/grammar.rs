@@ -5,7 +5,7 @@ use super::format::{Body, Layout, PYTHON_TAG};
 use super::gbnf::{class_excluding, literal};
 use super::toolset::{CheckedTool, OutputSchema};
 use super::{ToolChoice, ToolFormat, ToolSet};
-use crate::chat::Grammar;
+use crate::chat::{Grammar, ReasoningFormat};
 
 /// Whitespace the envelope allows between its parts: bounded, so a small model cannot loop on it.
 const WS_RULE: &str = "fw-ws ::= [ \\t\\n]{0,4}\n";
@@ -56,6 +56,34 @@ pub fn request_grammar(
             })
         }
         (Some(calls), _) => Some(eager(format!("fw-root ::= fw-calls\n{calls}"), "fw-root")),
+    }
+}
+
+/// `grammar` with the reasoning of a thinking model allowed in front of what it constrains:
+/// required when the prompt `opened` the reasoning (the reply starts inside it), optional
+/// otherwise. Only eager grammars change: a lazy grammar's triggers are watched in the answer
+/// alone, after the reasoning.
+#[must_use]
+pub fn allow_reasoning(grammar: &Grammar, format: ReasoningFormat, opened: bool) -> Grammar {
+    if !grammar.triggers.is_empty() || !grammar.anchored_triggers.is_empty() {
+        return grammar.clone();
+    }
+    let (open, close) = (literal(format.open), literal(format.close));
+    let block = if opened {
+        format!("fw-think-text-0 {close}")
+    } else {
+        format!("( fw-think-ws {open} fw-think-text-0 {close} )?")
+    };
+    Grammar {
+        gbnf: format!(
+            "fw-reasoned ::= {block} fw-think-ws {root}\nfw-think-ws ::= [ \\t\\n]{{0,4}}\n{text}{rest}",
+            root = grammar.root,
+            text = text_without(format.close, "fw-think-text"),
+            rest = grammar.gbnf,
+        ),
+        root: "fw-reasoned".into(),
+        triggers: Vec::new(),
+        anchored_triggers: Vec::new(),
     }
 }
 
@@ -275,6 +303,31 @@ mod tests {
             request_grammar(ToolFormat::Hermes, &tools(), &ToolChoice::Required, false, None).expect("grammar");
         assert!(required.triggers.is_empty());
         assert!(required.gbnf.contains("fw-calls ::= fw-one\n"), "{}", required.gbnf);
+    }
+
+    #[test]
+    fn reasoning_comes_before_an_eager_grammar_and_lazy_ones_stay_as_they_are() {
+        let think = ReasoningFormat::KNOWN[1];
+        let required =
+            request_grammar(ToolFormat::Hermes, &tools(), &ToolChoice::Required, false, None).expect("grammar");
+        let opened = allow_reasoning(&required, think, true);
+        assert_eq!(opened.root, "fw-reasoned");
+        assert!(
+            opened.gbnf.starts_with("fw-reasoned ::= fw-think-text-0 \"</think>\" fw-think-ws fw-root\n"),
+            "{}",
+            opened.gbnf
+        );
+        assert!(opened.gbnf.ends_with(&required.gbnf), "the original rules follow");
+        let optional = allow_reasoning(&required, think, false);
+        assert!(
+            optional.gbnf.starts_with(
+                "fw-reasoned ::= ( fw-think-ws \"<think>\" fw-think-text-0 \"</think>\" )? fw-think-ws fw-root\n"
+            ),
+            "{}",
+            optional.gbnf
+        );
+        let auto = request_grammar(ToolFormat::Hermes, &tools(), &ToolChoice::Auto, true, None).expect("grammar");
+        assert_eq!(allow_reasoning(&auto, think, true), auto);
     }
 
     #[test]

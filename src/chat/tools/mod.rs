@@ -18,7 +18,7 @@ mod prompt;
 mod toolset;
 
 pub use format::ToolFormat;
-pub use grammar::request_grammar;
+pub use grammar::{allow_reasoning, request_grammar};
 pub use parser::{ParsedCall, ParsedPiece, ToolCallParser};
 pub use prompt::prepare_messages;
 pub use toolset::{ArgumentsError, OutputSchema, ReplyError, ToolChoice, ToolDefinition, ToolError, ToolSet};

@@ -5,7 +5,6 @@
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc;
 
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -16,8 +15,6 @@ use crate::engine::{Command, EngineError, Event};
 enum Requester {
     /// A generation's or a prefill's events.
     Events(UnboundedSender<Event>),
-    /// A tokenization's answer.
-    Tokens(mpsc::Sender<Result<Vec<i32>, EngineError>>),
     /// Nobody waits for an answer that could fail.
     Nobody,
 }
@@ -26,7 +23,6 @@ impl Requester {
     fn of(command: &Command) -> Self {
         match command {
             Command::Generate(job) | Command::Prefill(job, _) => Self::Events(job.events.clone()),
-            Command::Tokenize { reply, .. } => Self::Tokens(reply.clone()),
             Command::Idle(_) => Self::Nobody,
         }
     }
@@ -35,9 +31,6 @@ impl Requester {
         match self {
             Self::Events(events) => {
                 let _ = events.send(Event::Failed(error));
-            }
-            Self::Tokens(reply) => {
-                let _ = reply.send(Err(error));
             }
             Self::Nobody => {}
         }

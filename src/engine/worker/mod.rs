@@ -16,16 +16,16 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::disk::{ContextShape, DiskCache, Fingerprint, ModelIdentity};
 use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Models};
-use super::reply::{still_wanted, Halt, Reply};
+use super::reply::{still_wanted, Halt, ReasoningLimit, Reply};
 use super::sampling::TokenPicker;
 use super::sequence::{Displaced, LiveSequence, Reuse};
 use super::speculation::{DraftDepth, Speculating};
-use super::text::longest_run;
+use super::tokenizer::Tokenizer;
 use super::{
     CacheMiss, CacheReport, CacheSource, Command, ContextOverflow, EngineConfig, EngineError, Event, GenerationRequest,
     Job, ModelInfo, Prompt, Signals, Timings, Usage, LLAMA_CPP_BUILD,
 };
-use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart};
+use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart, ReasoningSplitter};
 use overflow::{FittedPrompt, LastDrop};
 
 mod faults;
@@ -33,11 +33,6 @@ mod overflow;
 mod prefill;
 
 pub(crate) use faults::panic_message;
-
-/// Longest run of characters of one kind a text prompt may hold (see [`longest_run`]). With
-/// the inference thread's reserved stack, llama.cpp's `std::regex` pre-tokenizers were measured
-/// to split far longer runs; real text has none this long.
-pub(crate) const MAX_PROMPT_RUN: usize = 65_536;
 
 /// How long a shutdown waits for the disk cache's files: within the 10 s container runtimes
 /// give before they kill, after open responses had their grace.
@@ -66,8 +61,8 @@ impl PromptInput {
 /// prompts pass through (and have no parts).
 pub(crate) fn render_prompt(chat: &ChatFormat, prompt: &Prompt) -> Result<(PromptInput, Landmarks), EngineError> {
     Ok(match prompt {
-        Prompt::Chat { messages, tools } => {
-            let rendered = chat.render(messages, tools)?;
+        Prompt::Chat { messages, tools, template_kwargs } => {
+            let rendered = chat.render_with(messages, tools, template_kwargs)?;
             (PromptInput::Text(rendered.text), rendered.landmarks)
         }
         Prompt::Text(text) => (PromptInput::Text(text.clone()), Landmarks::default()),
@@ -79,7 +74,7 @@ pub(crate) fn render_prompt(chat: &ChatFormat, prompt: &Prompt) -> Result<(Promp
 /// on (see [`faults`]); a failed load is reported through `report`.
 pub(super) fn run(
     config: &EngineConfig,
-    report: impl FnOnce(Result<(ModelInfo, Arc<ChatFormat>), EngineError>),
+    report: impl FnOnce(Result<(ModelInfo, Arc<ChatFormat>, Tokenizer), EngineError>),
     commands: &Receiver<Command>,
     signals: &Signals,
 ) -> Result<(), String> {
@@ -99,7 +94,7 @@ pub(super) fn run(
         }
     };
     session.warm(&config.warm);
-    report(Ok((info, Arc::clone(&session.chat))));
+    report(Ok((info, Arc::clone(&session.chat), session.tokenizer.clone())));
     loop {
         if signals.shutting_down.load(Ordering::Relaxed) {
             // New submissions are refused by now: fail what is still queued, then stop.
@@ -128,7 +123,9 @@ struct Session<'m> {
     depth: DraftDepth,
     /// Most tokens generated when a request sets no limit.
     n_predict: Option<u32>,
-    bos_text: String,
+    /// Most reasoning tokens when a request sets no budget.
+    reasoning_budget: Option<u32>,
+    tokenizer: Tokenizer,
     /// Shared with the handles: shutdown, the published cache status, waiting requests.
     signals: &'m Signals,
     /// The model's chat format (shared with the handles, which render prompts).
@@ -151,6 +148,8 @@ struct CompletedReply {
     prompt_text: Option<String>,
     /// The conversation evaluated, when its oldest turns were left out.
     shortened: Option<Prompt>,
+    /// The prompt opened the model's reasoning.
+    reasoning_opened: bool,
 }
 
 impl<'m> Session<'m> {
@@ -160,7 +159,8 @@ impl<'m> Session<'m> {
         cache_ram_mib: u64,
         signals: &'m Signals,
     ) -> Result<(Self, ModelInfo), EngineError> {
-        let Models { backend, model, draft_model, plan } = models;
+        let Models { backend, model: shared_model, draft_model, plan } = models;
+        let model: &LlamaModel = shared_model;
         let draft_model = draft_model.as_ref();
         let architecture = model.meta_val_str("general.architecture").unwrap_or_default();
         // The window llama.cpp applies, which the GGUF key alone does not always tell.
@@ -178,14 +178,13 @@ impl<'m> Session<'m> {
         let checkpoint_every = takes_checkpoints.then_some(config.checkpoint_every as usize);
         sequence.keep_states(budget, config.cache_min_tokens as usize, checkpoint_every);
 
-        let vocab = model.vocab();
-        let token_text = |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
-        let bos_text = token_text(vocab.bos());
+        let tokenizer = Tokenizer::new(Arc::clone(shared_model));
+        let token_text = |t: LlamaToken| String::from_utf8_lossy(&tokenizer.piece(t)).into_owned();
         let facts = ModelTemplateFacts {
             gguf_template: model.chat_template(None).ok().and_then(|t| t.to_string().ok()),
             architecture: architecture.clone(),
-            bos_token: bos_text.clone(),
-            eos_token: token_text(vocab.eos()),
+            bos_token: tokenizer.bos_text().to_string(),
+            eos_token: token_text(model.vocab().eos()),
         };
         let chat = ChatFormat::for_model(&facts, config.chat_template_file.as_deref())
             .map_err(|e| EngineError::TemplateSetup(e.to_string()))?;
@@ -219,6 +218,7 @@ impl<'m> Session<'m> {
             n_swa,
             template_source: chat.source().clone(),
             tool_format: chat.tool_format(),
+            reasoning: chat.reasoning(),
             threads: config.threads,
             threads_batch: config.threads_batch,
         };
@@ -227,7 +227,8 @@ impl<'m> Session<'m> {
             sequence,
             depth: DraftDepth::new(plan.draft_max, plan.always),
             n_predict: config.n_predict,
-            bos_text,
+            reasoning_budget: config.reasoning_budget,
+            tokenizer,
             signals,
             chat: Arc::new(chat),
             anticipate: config.anticipate_next_turn && !recurrent,
@@ -250,10 +251,6 @@ impl<'m> Session<'m> {
             }
             Command::Prefill(job, _) if job.events.is_closed() => {}
             Command::Prefill(job, number) => self.serve_prefill(*job, number),
-            Command::Tokenize { prompt, reply } => {
-                let tokens = self.tokenize(prompt).map(|tokens| tokens.into_iter().map(|t| t.0).collect());
-                let _ = reply.send(tokens);
-            }
             Command::Idle(reply) => {
                 self.sequence.wait_for_disk(SHUTDOWN_WRITE_LIMIT);
                 let _ = reply.send(());
@@ -262,29 +259,7 @@ impl<'m> Session<'m> {
     }
 
     fn tokenize(&self, prompt: PromptInput) -> Result<Vec<LlamaToken>, EngineError> {
-        let vocab = self.model.vocab();
-        let tokens = match prompt {
-            PromptInput::Text(text) => {
-                let run = longest_run(&text);
-                if run > MAX_PROMPT_RUN {
-                    return Err(EngineError::PromptRunTooLong { run, max: MAX_PROMPT_RUN });
-                }
-                // A template that writes the BOS text itself must not get a second one.
-                let add_bos = vocab.should_add_bos() && (self.bos_text.is_empty() || !text.starts_with(&self.bos_text));
-                vocab.tokenize(text.as_bytes(), add_bos, true)
-            }
-            PromptInput::Tokens(ids) => {
-                let n_vocab = self.model.n_vocab();
-                if let Some(&token) = ids.iter().find(|&&t| t < 0 || t >= n_vocab) {
-                    return Err(EngineError::InvalidToken { token, n_vocab });
-                }
-                ids.into_iter().map(LlamaToken).collect()
-            }
-        };
-        if tokens.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        Ok(tokens)
+        self.tokenizer.prompt_tokens(prompt)
     }
 
     /// Serves one job, whose events end with `Finished` or `Failed` (or with nothing more once
@@ -292,14 +267,15 @@ impl<'m> Session<'m> {
     fn serve(&mut self, job: Job) {
         let Job { prompt, landmarks, request, events, finish_requested, .. } = job;
         match self.run_steps(prompt, landmarks, &request, &events, &finish_requested) {
-            Ok(CompletedReply { finished, text, prompt_text, shortened }) => {
+            Ok(CompletedReply { finished, text, prompt_text, shortened, reasoning_opened }) => {
                 // A reply that ended at its first token left the prompt's checkpoint due.
                 self.sequence.save_pending_checkpoint();
                 // What GET /cache shows once the client has its answer.
                 self.publish_cache_status();
                 let _ = events.send(finished);
                 if let Some(prompt_text) = prompt_text {
-                    self.prepare_next_turn(shortened.as_ref().unwrap_or(&request.prompt), prompt_text, &text);
+                    let prompt = shortened.as_ref().unwrap_or(&request.prompt);
+                    self.prepare_next_turn(prompt, prompt_text, &text, reasoning_opened);
                 }
                 // Unless the next request is already waiting: then after its reply.
                 if self.signals.waiting_generations.load(Ordering::Relaxed) == 0 {
@@ -337,7 +313,14 @@ impl<'m> Session<'m> {
         let FittedPrompt { tokens, text: prompt_text, landmarks, limit, shortened, dropped_messages } =
             self.fit_prompt(prompt, landmarks, request)?;
         let prompt_tokens = tokens.len() as u32;
-        let picker = self.picker(request)?;
+        // A thinking model's reasoning, in chat prompts: opened by the prompt or not.
+        let reasoning = match &request.prompt {
+            Prompt::Chat { .. } => self.chat.reasoning(),
+            _ => None,
+        };
+        let reasoning_opened =
+            reasoning.zip(prompt_text.as_deref()).is_some_and(|(format, text)| format.opened_by(text));
+        let picker = self.picker(request, reasoning.map(|format| ReasoningSplitter::new(format, reasoning_opened)))?;
         let parts = PromptParts { text: prompt_text.as_deref(), landmarks };
 
         // What the drafter evaluated for the last reply's upkeep is no part of this request.
@@ -347,7 +330,8 @@ impl<'m> Session<'m> {
         let cache = self.explain(&reuse, &tokens, parts);
         let keep = reuse.keep;
         let cached_tokens = keep as u32;
-        events.send(Event::Started { prompt_tokens, cached_tokens }).map_err(|_| Halt::Cancelled)?;
+        let started = Event::Started { prompt_tokens, cached_tokens, in_reasoning: reasoning_opened };
+        events.send(started).map_err(|_| Halt::Cancelled)?;
         let prefill_start = Instant::now();
         let signals = self.signals;
         let shutting_down = &signals.shutting_down;
@@ -359,17 +343,33 @@ impl<'m> Session<'m> {
         let mut reply = Reply::new(events, finish_requested, shutting_down, limit);
         let mut speculating = Speculating::new(&mut self.depth);
         self.sequence.begin_reply();
-        let outcome = reply.generate(self.model, request, picker, &mut self.sequence, &mut speculating, logits_index);
+        let reasoning = reasoning
+            .map(|format| ReasoningLimit { format, budget: request.reasoning_budget.or(self.reasoning_budget) });
+        let outcome = reply.generate(
+            &self.tokenizer,
+            request,
+            picker,
+            reasoning,
+            &mut self.sequence,
+            &mut speculating,
+            logits_index,
+        );
         if let Err(e) = speculating.end_round(&mut self.sequence) {
             // The reply itself is complete; only the cache for the next turn is lost.
             tracing::warn!("{e}");
         }
         let reason = outcome?;
-        let usage = Usage { prompt_tokens, cached_tokens, completion_tokens: reply.tokens(), dropped_messages };
+        let usage = Usage {
+            prompt_tokens,
+            cached_tokens,
+            completion_tokens: reply.tokens(),
+            dropped_messages,
+            reasoning_tokens: reply.reasoning_tokens(),
+        };
         let draft = self.sequence.speculates().then(|| speculating.stats(self.sequence.take_catch_up()));
         let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed(), draft, cache };
         let finished = Event::Finished { reason, usage, timings };
-        Ok(CompletedReply { finished, text: reply.into_text(), prompt_text, shortened })
+        Ok(CompletedReply { finished, text: reply.into_text(), prompt_text, shortened, reasoning_opened })
     }
 
     /// What the cache did for `tokens`, and why it did not serve more: the part of the prompt
@@ -403,8 +403,8 @@ impl<'m> Session<'m> {
         let vocab = self.model.vocab();
         let mut offset: usize = tokens[..at].iter().map(|&t| vocab.token_to_piece(t, true, None).len()).sum();
         // A BOS the tokenizer added is not in the text.
-        if tokens[0] == vocab.bos() && vocab.should_add_bos() && !text.starts_with(&self.bos_text) {
-            offset = offset.saturating_sub(self.bos_text.len());
+        if tokens[0] == vocab.bos() && vocab.should_add_bos() && !text.starts_with(self.tokenizer.bos_text()) {
+            offset = offset.saturating_sub(self.tokenizer.bos_text().len());
         }
         if tracing::enabled!(tracing::Level::DEBUG) {
             let (before, after) = around(text, offset, 20);
@@ -433,12 +433,16 @@ impl<'m> Session<'m> {
         Ok(max_tokens.or(self.n_predict).unwrap_or(u32::MAX).min(n_ctx - prompt_tokens))
     }
 
-    /// The request's sampler chain and grammar.
-    fn picker(&self, request: &GenerationRequest) -> Result<TokenPicker<'m>, EngineError> {
+    /// The request's sampler chain and grammar, following the reasoning of a model that thinks.
+    fn picker(
+        &self,
+        request: &GenerationRequest,
+        reasoning: Option<ReasoningSplitter>,
+    ) -> Result<TokenPicker<'m>, EngineError> {
         // llama.cpp allocates the penalty window up front: never more than the context.
         let mut sampling = request.sampling.clone();
         sampling.repeat_last_n = sampling.repeat_last_n.clamp(0, self.sequence.n_ctx() as i32);
-        TokenPicker::new(self.model, &sampling, request.grammar.as_ref())
+        TokenPicker::new(self.model, &sampling, request.grammar.as_ref(), reasoning)
     }
 
     /// After a reply, makes the cache hold the tokenizer's own split of prompt + reply text,
@@ -449,13 +453,17 @@ impl<'m> Session<'m> {
     /// assistant turn, the user turn's opening), evaluated now, so the next turn prefills only
     /// those words and its generation prompt (a next request of another shape just cuts them).
     /// Runs while the user reads or listens; skipped when the difference is larger than one
-    /// batch.
-    fn prepare_next_turn(&mut self, prompt: &Prompt, prompt_text: String, reply: &str) {
+    /// batch. A thinking model's reply goes into the next turn as clients send it back:
+    /// reasoning apart from the answer (`reasoning_opened`: the prompt opened it).
+    fn prepare_next_turn(&mut self, prompt: &Prompt, prompt_text: String, reply: &str, reasoning_opened: bool) {
         if self.signals.shutting_down.load(Ordering::Relaxed) {
             return;
         }
         let next_prefix = match prompt {
-            Prompt::Chat { messages, tools } if self.anticipate => self.chat.next_turn_prefix(messages, tools, reply),
+            Prompt::Chat { messages, tools, template_kwargs } if self.anticipate => {
+                let reply = self.chat.reply_message(reply, reasoning_opened);
+                self.chat.next_turn_prefix(messages, tools, template_kwargs, reply)
+            }
             _ => None,
         };
         let anticipated = next_prefix.is_some();

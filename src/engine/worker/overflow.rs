@@ -7,7 +7,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::{PromptInput, Session};
 use crate::chat::tools::ToolDefinition;
-use crate::chat::{ChatMessage, Landmarks, Turns};
+use crate::chat::{ChatMessage, Landmarks, TemplateKwargs, Turns};
 use crate::engine::{ContextOverflow, EngineError, GenerationRequest, Prompt};
 
 /// A prompt ready to evaluate.
@@ -56,8 +56,11 @@ impl Session<'_> {
             Err(overflow) => overflow,
         };
         match &request.prompt {
-            Prompt::Chat { messages, tools } if self.context_overflow == ContextOverflow::DropOldest => {
-                self.drop_oldest(messages, tools, request.max_tokens).map_err(|e| e.unwrap_or(overflow))
+            Prompt::Chat { messages, tools, template_kwargs }
+                if self.context_overflow == ContextOverflow::DropOldest =>
+            {
+                self.drop_oldest(messages, tools, template_kwargs, request.max_tokens)
+                    .map_err(|e| e.unwrap_or(overflow))
             }
             _ => Err(overflow),
         }
@@ -70,6 +73,7 @@ impl Session<'_> {
         &mut self,
         messages: &[ChatMessage],
         tools: &[ToolDefinition],
+        kwargs: &TemplateKwargs,
         max_tokens: Option<u32>,
     ) -> Result<FittedPrompt, Option<EngineError>> {
         let turns = Turns::of(messages);
@@ -80,7 +84,7 @@ impl Session<'_> {
         let shorten = |dropped: usize| -> Result<FittedPrompt, EngineError> {
             let (kept, dropped_messages) =
                 turns.without_oldest(dropped).ok_or_else(|| EngineError::Internal("no turn left to keep".into()))?;
-            let rendered = self.chat.render(&kept, tools)?;
+            let rendered = self.chat.render_with(&kept, tools, kwargs)?;
             let tokens = self.tokenize(PromptInput::Text(rendered.text.clone()))?;
             let limit = self.limit(tokens.len() as u32, max_tokens)?;
             Ok(FittedPrompt {
@@ -88,7 +92,11 @@ impl Session<'_> {
                 text: Some(rendered.text),
                 landmarks: rendered.landmarks,
                 limit,
-                shortened: Some(Prompt::Chat { messages: kept, tools: tools.to_vec() }),
+                shortened: Some(Prompt::Chat {
+                    messages: kept,
+                    tools: tools.to_vec(),
+                    template_kwargs: kwargs.clone(),
+                }),
                 dropped_messages: dropped_messages as u32,
             })
         };

@@ -97,7 +97,9 @@ impl Session<'_> {
         let reuse = self.sequence.reuse_prefix(&tokens, displaced);
         let cache = self.explain(&reuse, &tokens, parts);
         let keep = reuse.keep;
-        events.send(Event::Started { prompt_tokens, cached_tokens: keep as u32 }).map_err(|_| Halt::Cancelled)?;
+        events
+            .send(Event::Started { prompt_tokens, cached_tokens: keep as u32, in_reasoning: false })
+            .map_err(|_| Halt::Cancelled)?;
         let started = Instant::now();
         let signals = self.signals;
         let yielded = Cell::new(false);

@@ -1,0 +1,221 @@
+//! The Responses API without a model: requests into jobs (the stored conversation first), and
+//! scripted engine events into the stream's events and the final response object.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::api::chat::EventFramer;
+use crate::api::tests::{call_text, finished, model, timer_tool, USAGE};
+use crate::chat::tools::ToolFormat;
+use crate::chat::ReasoningFormat;
+use crate::engine::Event;
+
+fn job(body: Value, store: &Arc<ResponseStore>) -> Result<ResponseJob, ApiError> {
+    ResponseJob::new(body.to_string().as_bytes(), &model(), store)
+}
+
+fn messages(job: &ResponseJob) -> Vec<ChatMessage> {
+    let Prompt::Chat { messages, .. } = &job.request.prompt else { panic!("a chat prompt") };
+    messages.clone()
+}
+
+/// The SSE events of scripted `events`, as (event name, data) pairs, and the framer after them.
+fn stream(job: ResponseJob, in_reasoning: bool, events: Vec<Event>) -> (Vec<(String, Value)>, ResponseFramer) {
+    let mut framer = ResponseFramer::new(job.answering, AnswerShaper::new(job.output, in_reasoning));
+    let mut sse = framer.first_events();
+    for event in events {
+        let framed = framer.frame(Some(event));
+        sse.extend(framed.events);
+        if framed.done {
+            break;
+        }
+    }
+    let written = sse
+        .into_iter()
+        .map(|payload| {
+            let data = serde_json::from_str(&payload.data).unwrap_or_else(|e| panic!("{}: {e}", payload.data));
+            (payload.name.expect("every Responses event is named").to_string(), data)
+        })
+        .collect();
+    (written, framer)
+}
+
+#[test]
+fn instructions_come_first_then_the_stored_conversation_then_the_input() {
+    let store = Arc::new(ResponseStore::new(8));
+    let first =
+        job(json!({"instructions": "Be brief.", "input": "Hi", "max_output_tokens": 5}), &store).expect("accepted");
+    assert_eq!(first.request.max_tokens, Some(5));
+    let (_, framer) = stream(first, false, vec![Event::Text("Hello!".into()), finished(FinishReason::Stop)]);
+    let stored = framer.into_outcome().expect("a response");
+    assert_eq!(stored.status, "completed");
+
+    let body = json!({"instructions": "Be kind.", "previous_response_id": stored.id, "input": "Bye"});
+    let second = job(body, &store).expect("continues");
+    let roles: Vec<(Role, String)> = messages(&second).into_iter().map(|m| (m.role, m.content)).collect();
+    assert_eq!(
+        roles,
+        [
+            (Role::System, "Be kind.".to_string()),
+            (Role::User, "Hi".to_string()),
+            (Role::Assistant, "Hello!".to_string()),
+            (Role::User, "Bye".to_string()),
+        ],
+        "the earlier instructions are not carried over"
+    );
+    let unknown = job(json!({"input": "x", "previous_response_id": "resp_nope"}), &store).err().expect("refused");
+    assert_eq!(
+        (unknown.status(), unknown.param().as_deref()),
+        (axum::http::StatusCode::NOT_FOUND, Some("previous_response_id"))
+    );
+    let unstored = job(json!({"input": "x", "store": false}), &store).expect("accepted");
+    assert!(unstored.answering.store.is_none());
+}
+
+#[test]
+fn unsupported_options_are_refused_by_name() {
+    let store = Arc::new(ResponseStore::new(8));
+    for (body, param) in [
+        (json!({"input": "x", "background": true}), "background"),
+        (json!({"input": "x", "conversation": "conv_1"}), "conversation"),
+        (json!({"input": "x", "prompt": {"id": "pmpt_1"}}), "prompt"),
+        (json!({"input": "x", "max_tool_calls": 2}), "max_tool_calls"),
+        (json!({"input": "x", "truncation": "auto"}), "truncation"),
+        (json!({"input": "x", "tools": [{"type": "web_search_preview"}]}), "tools[0].type"),
+        (json!({"input": "x", "tools": [{"type": "function"}]}), "tools[0].name"),
+        (json!({"input": "x", "tool_choice": {"type": "function", "name": "nope"}}), "tool_choice"),
+        (json!({"input": "x", "top_logprobs": 30}), "top_logprobs"),
+        (json!({"input": "x", "temperature": 3}), "temperature"),
+    ] {
+        let error = job(body.clone(), &store).err().unwrap_or_else(|| panic!("{body} accepted"));
+        assert_eq!(error.param().as_deref(), Some(param), "{body}: {error}");
+    }
+    // Accepted and echoed: the options this server does honour, and those that change nothing.
+    let body = json!({"input": "x", "truncation": "disabled", "metadata": {"k": "v"}, "user": "u", "service_tier": "auto",
+        "include": ["reasoning.encrypted_content", "message.output_text.logprobs"], "top_logprobs": 2});
+    let accepted = job(body, &store).expect("accepted");
+    assert_eq!(accepted.request.logprobs, Some(2));
+    assert_eq!(accepted.answering.echo.metadata, json!({"k": "v"}));
+}
+
+#[test]
+fn a_stream_adds_each_item_with_its_parts_and_completes_with_the_same_items() {
+    let store = Arc::new(ResponseStore::new(8));
+    let mut request = job(
+        json!({"input": "Set a timer", "tools": [{"type": "function", "name": "set_timer",
+        "parameters": timer_tool().parameters}]}),
+        &store,
+    )
+    .expect("accepted");
+    request.output.format = ToolFormat::Generic;
+    request.output.reasoning = Some(ReasoningFormat::KNOWN[1]);
+    let events = vec![
+        Event::Text("Think".into()),
+        Event::Text("ing.</think>\n\nSure. ".into()),
+        Event::Text(call_text("set_timer", "{\"minutes\": 5}")),
+        finished(FinishReason::Stop),
+    ];
+    let (written, framer) = stream(request, true, events);
+    let kinds: Vec<&str> = written.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.reasoning_text.delta",
+            "response.reasoning_text.delta",
+            "response.reasoning_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    for (number, (name, data)) in written.iter().enumerate() {
+        assert_eq!(
+            (data["type"].as_str(), data["sequence_number"].as_u64()),
+            (Some(name.as_str()), Some(number as u64))
+        );
+    }
+    let done: Vec<&Value> =
+        written.iter().filter(|(name, _)| name == "response.output_item.done").map(|(_, d)| &d["item"]).collect();
+    let completed = &written.last().expect("events").1["response"];
+    assert_eq!(completed["output"].as_array().expect("output").iter().collect::<Vec<_>>(), done, "the streamed items");
+    assert_eq!(done[0]["content"][0]["text"], "Thinking.");
+    assert_eq!(done[1]["content"][0]["text"], "Sure. ");
+    assert_eq!(
+        (done[2]["name"].as_str(), done[2]["arguments"].as_str()),
+        (Some("set_timer"), Some("{\"minutes\": 5}"))
+    );
+    assert!(done[2]["call_id"].as_str().is_some_and(|id| id.starts_with("call_")));
+    assert_eq!(completed["usage"]["input_tokens"], USAGE.prompt_tokens);
+    assert_eq!(completed["usage"]["input_tokens_details"]["cached_tokens"], USAGE.cached_tokens);
+    let whole = serde_json::to_value(framer.into_outcome().expect("completed")).expect("JSON");
+    assert_eq!(&whole, completed, "a whole response is the stream's final object");
+    let stored = store.get(whole["id"].as_str().expect("id")).expect("stored");
+    let turn = stored.conversation();
+    let reply = turn.last().expect("the reply");
+    assert_eq!(
+        (reply.reasoning.as_deref(), reply.content.as_str(), reply.tool_calls.len()),
+        (Some("Thinking."), "Sure. ", 1)
+    );
+}
+
+#[test]
+fn a_reply_cut_by_the_token_limit_is_incomplete_and_a_failure_is_reported() {
+    let store = Arc::new(ResponseStore::new(8));
+    let cut = job(json!({"input": "Hi"}), &store).expect("accepted");
+    let (written, _) = stream(cut, false, vec![Event::Text("Hel".into()), finished(FinishReason::Length)]);
+    let (name, last) = written.last().expect("events");
+    assert_eq!(name, "response.incomplete");
+    assert_eq!(last["response"]["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(last["response"]["output"][0]["status"], "incomplete");
+
+    let failing = job(json!({"input": "Hi"}), &store).expect("accepted");
+    let (written, framer) = stream(
+        failing,
+        false,
+        vec![Event::Text("Hel".into()), Event::Failed(crate::engine::EngineError::Decode("boom".into()))],
+    );
+    let kinds: Vec<&str> = written.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(kinds[kinds.len() - 2..], ["error", "response.failed"]);
+    assert_eq!(written.last().expect("events").1["response"]["error"]["code"], "decode_failed");
+    assert!(framer.into_outcome().is_err(), "a whole response answers with the error's status");
+}
+
+#[test]
+fn the_store_keeps_the_most_recently_used_and_drops_chains_without_recursion() {
+    let store = ResponseStore::new(2);
+    let object = |id: &str| {
+        let answering = job(json!({"input": "x"}), &Arc::new(ResponseStore::new(0))).expect("accepted").answering;
+        ResponseObject { id: id.to_string(), ..answering.in_progress() }
+    };
+    let a = Arc::new(StoredResponse::new(None, vec![ChatMessage::user("a")], object("a")));
+    let b = Arc::new(StoredResponse::new(Some(Arc::clone(&a)), vec![ChatMessage::user("b")], object("b")));
+    store.put(Arc::clone(&a));
+    store.put(b);
+    store.get("a");
+    store.put(Arc::new(StoredResponse::new(None, Vec::new(), object("c"))));
+    assert!(store.get("b").is_none() && store.get("a").is_some(), "b was the least recently used");
+    assert!(store.remove("a") && !store.remove("a"));
+    // A long chain is dropped one link at a time (recursion would overflow the stack).
+    let mut chain: Option<Arc<StoredResponse>> = None;
+    for i in 0..200_000 {
+        chain = Some(Arc::new(StoredResponse::new(chain, vec![ChatMessage::user(i.to_string())], object("x"))));
+    }
+    assert_eq!(chain.as_ref().map(|c| c.conversation().len()), Some(200_000));
+    drop(chain);
+}

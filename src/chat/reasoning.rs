@@ -1,0 +1,282 @@
+//! Reasoning ("thinking") in a model's output: the markers a chat template writes around it,
+//! and a streaming splitter that separates the reasoning from the answer.
+//!
+//! A reply is reasoning only where the model opens it with the open marker (after optional
+//! whitespace), or where the prompt already opened it (templates that end their generation
+//! prompt with `<think>`); the reasoning runs to the close marker. Whitespace around the
+//! markers is layout: it belongs to neither part.
+
+/// The markers a model family writes around its reasoning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReasoningFormat {
+    /// Opens the reasoning (`<think>`).
+    pub open: &'static str,
+    /// Closes it (`</think>`).
+    pub close: &'static str,
+    /// What the engine writes to end the reasoning when its budget is spent.
+    pub forced_close: &'static str,
+}
+
+impl ReasoningFormat {
+    /// The formats firstword knows, most specific first (a template is matched by its close
+    /// marker).
+    pub const KNOWN: &'static [Self] = &[
+        // Seed-OSS.
+        Self { open: "<seed:think>", close: "</seed:think>", forced_close: "\n</seed:think>\n\n" },
+        // DeepSeek-R1, Qwen3, QwQ, SmolLM3, GLM-4.5, Hunyuan, and the templates written like them.
+        Self { open: "<think>", close: "</think>", forced_close: "\n</think>\n\n" },
+        // Magistral.
+        Self { open: "[THINK]", close: "[/THINK]", forced_close: "[/THINK]" },
+        // Command R7B and Command A Reasoning.
+        Self { open: "<|START_THINKING|>", close: "<|END_THINKING|>", forced_close: "<|END_THINKING|>" },
+    ];
+
+    /// The reasoning format a chat template writes, detected from its close marker; `None` for
+    /// templates of models that do not think.
+    #[must_use]
+    pub fn detect(template: &str) -> Option<Self> {
+        Self::KNOWN.iter().copied().find(|format| template.contains(format.close))
+    }
+
+    /// Whether a prompt ends inside an opened reasoning block (the generation prompt wrote the
+    /// open marker), so the reply starts as reasoning.
+    #[must_use]
+    pub fn opened_by(self, prompt: &str) -> bool {
+        prompt.trim_end().ends_with(self.open)
+    }
+}
+
+/// A piece of a reply, split.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Split {
+    /// Reasoning text.
+    pub reasoning: String,
+    /// Answer text.
+    pub content: String,
+}
+
+/// Where the splitter is in a reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Nothing but whitespace yet: the reply may still open its reasoning.
+    Opening,
+    /// Inside the reasoning, before any of its text (leading whitespace is dropped).
+    ReasoningStart,
+    /// Inside the reasoning.
+    Reasoning,
+    /// After the close marker, before any answer text (leading whitespace is dropped).
+    AnswerStart,
+    /// The answer: everything is content.
+    Answer,
+}
+
+/// Splits a reply into reasoning and answer as its text arrives; text that may be part of a
+/// marker (or whitespace before one) is held until it is certain.
+#[derive(Clone, Debug)]
+pub struct ReasoningSplitter {
+    format: ReasoningFormat,
+    phase: Phase,
+    /// Text received and not yet given out.
+    held: String,
+}
+
+impl ReasoningSplitter {
+    /// A splitter for one reply; `inside` when the prompt opened the reasoning.
+    #[must_use]
+    pub fn new(format: ReasoningFormat, inside: bool) -> Self {
+        let phase = if inside { Phase::ReasoningStart } else { Phase::Opening };
+        Self { format, phase, held: String::new() }
+    }
+
+    /// The markers it follows.
+    #[must_use]
+    pub fn format(&self) -> ReasoningFormat {
+        self.format
+    }
+
+    /// Whether the reply is in its answer for good: all further text is content.
+    #[must_use]
+    pub fn answering(&self) -> bool {
+        self.phase == Phase::Answer
+    }
+
+    /// Whether the reply is inside its reasoning now (opened, not closed yet).
+    #[must_use]
+    pub fn in_reasoning(&self) -> bool {
+        matches!(self.phase, Phase::ReasoningStart | Phase::Reasoning)
+    }
+
+    /// The reasoning and the answer text that `text` makes certain.
+    pub fn push(&mut self, text: &str) -> Split {
+        self.held.push_str(text);
+        let mut out = Split::default();
+        loop {
+            let progressed = match self.phase {
+                Phase::Opening => self.opening(&mut out),
+                Phase::ReasoningStart | Phase::AnswerStart => self.skip_whitespace(),
+                Phase::Reasoning => self.reasoning(&mut out),
+                Phase::Answer => {
+                    out.content.push_str(&std::mem::take(&mut self.held));
+                    false
+                }
+            };
+            if !progressed {
+                return out;
+            }
+        }
+    }
+
+    /// Gives out what is held at the end of the reply: an unfinished marker is text.
+    pub fn finish(&mut self) -> Split {
+        let held = std::mem::take(&mut self.held);
+        match self.phase {
+            Phase::ReasoningStart | Phase::Reasoning => {
+                Split { reasoning: held.trim_end().to_string(), ..Split::default() }
+            }
+            _ => Split { content: held, ..Split::default() },
+        }
+    }
+
+    /// Whether the reply opens its reasoning; false while that is not known yet.
+    fn opening(&mut self, out: &mut Split) -> bool {
+        let start = self.held.len() - self.held.trim_start().len();
+        let rest = &self.held[start..];
+        if let Some(after) = rest.strip_prefix(self.format.open) {
+            self.held = after.to_string();
+            self.phase = Phase::ReasoningStart;
+            return true;
+        }
+        if self.format.open.starts_with(rest) {
+            return false;
+        }
+        self.phase = Phase::Answer;
+        out.content.push_str(&std::mem::take(&mut self.held));
+        false
+    }
+
+    /// Drops whitespace at the start of a part; moves on once other text arrived.
+    fn skip_whitespace(&mut self) -> bool {
+        let trimmed = self.held.trim_start();
+        if trimmed.is_empty() {
+            self.held.clear();
+            return false;
+        }
+        self.held = trimmed.to_string();
+        self.phase = if self.phase == Phase::ReasoningStart { Phase::Reasoning } else { Phase::Answer };
+        true
+    }
+
+    /// Gives out reasoning up to the close marker (then moves to the answer), holding back what
+    /// may be whitespace before it or the start of it.
+    fn reasoning(&mut self, out: &mut Split) -> bool {
+        let close = self.format.close;
+        if let Some(at) = self.held.find(close) {
+            out.reasoning.push_str(self.held[..at].trim_end());
+            self.held = self.held[at + close.len()..].to_string();
+            self.phase = Phase::AnswerStart;
+            return true;
+        }
+        // The longest end of the text that may begin the close marker, and the whitespace
+        // before it: held back.
+        let partial = (1..close.len().min(self.held.len() + 1))
+            .rev()
+            .find(|&n| {
+                self.held.is_char_boundary(self.held.len() - n) && close.starts_with(&self.held[self.held.len() - n..])
+            })
+            .unwrap_or(0);
+        let body = &self.held[..self.held.len() - partial];
+        let keep_from = body.trim_end().len();
+        out.reasoning.push_str(&self.held[..keep_from]);
+        self.held = self.held[keep_from..].to_string();
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const THINK: ReasoningFormat = ReasoningFormat::KNOWN[1];
+
+    /// The whole split of `pieces` fed one by one, then finished.
+    fn split(inside: bool, pieces: &[&str]) -> Split {
+        let mut splitter = ReasoningSplitter::new(THINK, inside);
+        let mut all = Split::default();
+        let mut add = |piece: Split| {
+            all.reasoning.push_str(&piece.reasoning);
+            all.content.push_str(&piece.content);
+        };
+        for piece in pieces {
+            add(splitter.push(piece));
+        }
+        add(splitter.finish());
+        all
+    }
+
+    fn both(reasoning: &str, content: &str) -> Split {
+        Split { reasoning: reasoning.into(), content: content.into() }
+    }
+
+    #[test]
+    fn formats_are_detected_by_their_close_marker() {
+        assert_eq!(ReasoningFormat::detect("{{ '<think>\\n' }}...{{ '</think>' }}"), Some(THINK));
+        assert_eq!(ReasoningFormat::detect("<seed:think></seed:think>").map(|f| f.open), Some("<seed:think>"));
+        assert_eq!(ReasoningFormat::detect("[THINK][/THINK]").map(|f| f.close), Some("[/THINK]"));
+        assert_eq!(ReasoningFormat::detect("<|im_start|>assistant\n"), None);
+    }
+
+    #[test]
+    fn a_prompt_that_ends_with_the_open_marker_opens_the_reasoning() {
+        assert!(THINK.opened_by("<|im_start|>assistant\n<think>\n"));
+        assert!(!THINK.opened_by("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+        assert!(!THINK.opened_by("<|im_start|>assistant\n"));
+    }
+
+    #[test]
+    fn reasoning_opened_by_the_model_is_split_from_the_answer() {
+        assert_eq!(split(false, &["<think>\nLet me see.\n</think>\n\nParis."]), both("Let me see.", "Paris."));
+        assert_eq!(split(false, &["  <think>a</think>b"]), both("a", "b"));
+    }
+
+    #[test]
+    fn reasoning_opened_by_the_prompt_needs_no_open_marker() {
+        assert_eq!(split(true, &["\nHmm.\n</think>\n\nYes."]), both("Hmm.", "Yes."));
+    }
+
+    #[test]
+    fn a_reply_that_does_not_open_with_the_marker_is_all_answer() {
+        assert_eq!(split(false, &["Paris. <think>x</think>"]), both("", "Paris. <think>x</think>"));
+        assert_eq!(split(false, &["<thin", "g>"]), both("", "<thing>"));
+    }
+
+    #[test]
+    fn unclosed_reasoning_stays_reasoning_and_an_unfinished_marker_is_text() {
+        assert_eq!(split(true, &["still thinking </th"]), both("still thinking </th", ""));
+        assert_eq!(split(false, &["<thi"]), both("", "<thi"));
+    }
+
+    #[test]
+    fn every_chunking_gives_the_same_split() {
+        let text = " <think>\nStep 1: é🙂 < </ </t.\n </think>\n\n Answer: 42 </think>";
+        let expected = both("Step 1: é🙂 < </ </t.", "Answer: 42 </think>");
+        let chars: Vec<&str> = text.char_indices().map(|(i, c)| &text[i..i + c.len_utf8()]).collect();
+        assert_eq!(split(false, &chars), expected, "one character at a time");
+        for size in 2..12 {
+            let pieces: Vec<String> = chars.chunks(size).map(|c| c.concat()).collect();
+            let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            assert_eq!(split(false, &pieces), expected, "pieces of {size} characters");
+        }
+    }
+
+    #[test]
+    fn text_is_given_out_as_soon_as_it_is_certain() {
+        let mut splitter = ReasoningSplitter::new(THINK, false);
+        assert_eq!(splitter.push(" <th"), Split::default(), "may open the reasoning");
+        assert_eq!(splitter.push("ink>Hi"), both("Hi", ""));
+        assert!(splitter.in_reasoning());
+        assert_eq!(splitter.push(" there \n</"), both(" there", ""), "whitespace before a marker waits");
+        assert_eq!(splitter.push("think>\n"), Split::default());
+        assert!(!splitter.in_reasoning());
+        assert_eq!(splitter.push("OK"), both("", "OK"));
+    }
+}
