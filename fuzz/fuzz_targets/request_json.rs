@@ -1,13 +1,15 @@
-//! Request JSON → validation: arbitrary bytes as a `POST /v1/chat/completions` body.
+//! Request JSON → validation: arbitrary bytes as a `POST /v1/chat/completions` body, and as
+//! `/v1/completions` and `/v1/responses` bodies.
 //!
 //! Input: the body. Its length picks the model's call format (`common::format`), so every
 //! format's grammar envelope is built.
 //!
 //! Checks: validation never panics; a refusal is a 4xx whose envelope is JSON naming the same
-//! field; an accepted body's messages and tools all reach the engine request, with sampling
-//! values in their documented ranges, at most the allowed stop strings (plus the format's
-//! openers when calls are not allowed), logit biases inside the vocabulary, and a grammar whose
-//! root rule is defined.
+//! field; an accepted chat body's messages and tools all reach the engine request, with
+//! sampling values in their documented ranges, at most the allowed stop strings (plus the
+//! format's openers when calls are not allowed), logit biases inside the vocabulary, and a
+//! grammar whose root rule is defined; the other endpoints' accepted bodies have sampling in
+//! range and a defined grammar root too.
 
 #![no_main]
 
@@ -15,7 +17,7 @@ mod common;
 
 use firstword::engine::TemplateSource;
 use firstword::fuzzing::Api;
-use firstword::{ModelInfo, Prompt};
+use firstword::{GenerationRequest, ModelInfo, Prompt};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -34,15 +36,15 @@ fuzz_target!(|body: &[u8]| {
         threads: 1,
         threads_batch: 1,
     };
+    for other in [Api::validate_completion(body, &model), Api::validate_response(body, &model)] {
+        match other {
+            Ok(request) => check_request(&request, &model),
+            Err(error) => check_refusal(&error),
+        }
+    }
     let request = match Api::validate_request(body, &model) {
         Ok(request) => request,
-        Err(error) => {
-            assert!(error.status().is_client_error(), "{:?}: {error}", error.status());
-            let envelope: Value = serde_json::from_str(&error.to_json()).expect("the envelope is JSON");
-            assert!(envelope["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{envelope}");
-            assert_eq!(envelope["error"]["param"].as_str(), error.param().as_deref(), "{envelope}");
-            return;
-        }
+        Err(error) => return check_refusal(&error),
     };
     let Prompt::Chat { messages, tools, .. } = &request.prompt else { panic!("a chat request") };
     // Unknown fields are ignored unread, so they may hold numbers beyond f64 that `Value` refuses.
@@ -50,6 +52,23 @@ fuzz_target!(|body: &[u8]| {
         assert_eq!(Some(messages.len()), body["messages"].as_array().map(Vec::len), "every message");
         assert_eq!(tools.len(), body["tools"].as_array().map_or(0, Vec::len), "every tool");
     }
+    check_request(&request, &model);
+    let openers = format.openers();
+    let asked: Vec<&String> = request.stop.iter().filter(|s| !openers.contains(&s.as_str())).collect();
+    assert!(asked.len() <= 4 && asked.iter().all(|s| s.len() <= 256), "{:?}", request.stop);
+});
+
+/// A refusal is a 4xx whose envelope is JSON naming the same field.
+fn check_refusal(error: &firstword::api::ApiError) {
+    assert!(error.status().is_client_error(), "{:?}: {error}", error.status());
+    let envelope: Value = serde_json::from_str(&error.to_json()).expect("the envelope is JSON");
+    assert!(envelope["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{envelope}");
+    assert_eq!(envelope["error"]["param"].as_str(), error.param().as_deref(), "{envelope}");
+}
+
+/// An accepted request's sampling values lie in their documented ranges, its logit biases in
+/// the vocabulary, and its grammar's root rule is defined.
+fn check_request(request: &GenerationRequest, model: &ModelInfo) {
     let sampling = &request.sampling;
     assert!((0.0..=2.0).contains(&sampling.temperature) && (0.0..=1.0).contains(&sampling.top_p));
     assert!((0.0..=1.0).contains(&sampling.min_p) && sampling.top_k >= 0 && sampling.repeat_penalty > 0.0);
@@ -59,11 +78,9 @@ fuzz_target!(|body: &[u8]| {
         .iter()
         .all(|&(token, bias)| (0..model.n_vocab).contains(&token) && bias.abs() <= 100.0));
     assert!(request.max_tokens.is_none_or(|m| m >= 1));
-    let openers = format.openers();
-    let asked: Vec<&String> = request.stop.iter().filter(|s| !openers.contains(&s.as_str())).collect();
-    assert!(asked.len() <= 4 && asked.iter().all(|s| s.len() <= 256), "{:?}", request.stop);
+    assert!(request.logprobs.is_none_or(|n| n <= 20));
     if let Some(grammar) = &request.grammar {
         let root = format!("{} ::=", grammar.root);
         assert!(grammar.gbnf.lines().any(|line| line.starts_with(&root)), "root defined: {}", grammar.gbnf);
     }
-});
+}

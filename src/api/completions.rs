@@ -235,6 +235,18 @@ fn done() -> SsePayload {
     SsePayload::data(DONE.to_string())
 }
 
+#[cfg(feature = "fuzzing")]
+impl crate::fuzzing::Api {
+    /// Parses and validates a `POST /v1/completions` body as the endpoint does: the engine
+    /// request, or the error the client would get.
+    ///
+    /// # Errors
+    /// The [`ApiError`] the endpoint answers with.
+    pub fn validate_completion(body: &[u8], model: &ModelInfo) -> Result<GenerationRequest, ApiError> {
+        into_job(body, model).map(|job| job.request)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

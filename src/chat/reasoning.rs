@@ -279,4 +279,66 @@ mod tests {
         assert!(!splitter.in_reasoning());
         assert_eq!(splitter.push("OK"), both("", "OK"));
     }
+
+    mod properties {
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+        use proptest::sample::Index;
+
+        use super::*;
+
+        /// Text over an alphabet rich in the markers' characters, with whole markers mixed in.
+        fn marker_text() -> impl Strategy<Value = String> {
+            let atom = prop_oneof![
+                Just("<think>".to_string()),
+                Just("</think>".to_string()),
+                Just("</".to_string()),
+                "[<>/thinké ]{1,3}".prop_map(String::from),
+                Just("\n".to_string()),
+            ];
+            vec(atom, 0..10).prop_map(|atoms| atoms.concat())
+        }
+
+        /// The split of a whole reply, written from the definition: reasoning where the reply
+        /// opens with the marker (or the prompt opened it) up to the first close marker,
+        /// whitespace around the markers dropped.
+        fn reference(text: &str, inside: bool) -> Split {
+            let body = if inside { Some(text) } else { text.trim_start().strip_prefix("<think>") };
+            let Some(body) = body else { return both("", text) };
+            match body.find("</think>") {
+                Some(at) => both(body[..at].trim(), body[at + "</think>".len()..].trim_start()),
+                None => both(body.trim_start().trim_end_matches(char::is_whitespace), ""),
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn any_chunking_splits_as_the_whole_text_does(
+                text in marker_text(),
+                inside in any::<bool>(),
+                cuts in vec(any::<Index>(), 0..6),
+            ) {
+                let boundaries: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
+                let mut points: Vec<usize> = cuts.iter().map(|c| boundaries[c.index(boundaries.len())]).collect();
+                points.sort_unstable();
+                let mut pieces = Vec::new();
+                let mut start = 0;
+                for point in points.into_iter().chain([text.len()]) {
+                    pieces.push(&text[start..point]);
+                    start = point;
+                }
+                let mut splitter = ReasoningSplitter::new(THINK, inside);
+                let mut all = Split::default();
+                for piece in &pieces {
+                    let split = splitter.push(piece);
+                    all.reasoning.push_str(&split.reasoning);
+                    all.content.push_str(&split.content);
+                }
+                let rest = splitter.finish();
+                all.reasoning.push_str(&rest.reasoning);
+                all.content.push_str(&rest.content);
+                prop_assert_eq!(all, reference(&text, inside), "pieces {:?}", pieces);
+            }
+        }
+    }
 }

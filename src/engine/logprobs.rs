@@ -23,16 +23,9 @@ pub(crate) fn token_logprob(
     let log_normalizer = f64::from(max) + sum.ln();
     let logprob = |token: usize| (f64::from(logits[token]) - log_normalizer) as f32;
     let chosen_index = usize::try_from(chosen.0).unwrap_or(0).min(logits.len().saturating_sub(1));
-    let mut ranked: Vec<usize> = (0..logits.len()).filter(|&t| logits[t].is_finite()).collect();
-    let top = top.min(ranked.len());
-    if top > 0 && top < ranked.len() {
-        ranked.select_nth_unstable_by(top - 1, |&a, &b| logits[b].total_cmp(&logits[a]));
-    }
-    ranked.truncate(top);
-    ranked.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
     TokenLogprob {
         chosen: Candidate { token: chosen.0, bytes: chosen_bytes, logprob: logprob(chosen_index) },
-        top: ranked
+        top: likeliest(logits, top)
             .into_iter()
             .map(|token| Candidate {
                 token: token as i32,
@@ -41,6 +34,24 @@ pub(crate) fn token_logprob(
             })
             .collect(),
     }
+}
+
+/// The `count` tokens with the highest logits, highest first (the lower id first among equal
+/// ones), in one pass without copying the vocabulary.
+fn likeliest(logits: &[f32], count: usize) -> Vec<usize> {
+    let mut best: Vec<usize> = Vec::with_capacity(count + 1);
+    if count == 0 {
+        return best;
+    }
+    for (token, &logit) in logits.iter().enumerate() {
+        if !logit.is_finite() || (best.len() == count && logit <= logits[best[count - 1]]) {
+            continue;
+        }
+        let at = best.partition_point(|&b| logits[b] >= logit);
+        best.insert(at, token);
+        best.truncate(count);
+    }
+    best
 }
 
 /// Generated tokens' log-probabilities waiting for their text to be sent: a token is released
@@ -90,6 +101,14 @@ mod tests {
 
     fn ids(released: Vec<TokenLogprob>) -> Vec<i32> {
         released.into_iter().map(|t| t.chosen.token).collect()
+    }
+
+    #[test]
+    fn the_likeliest_tokens_come_highest_first() {
+        let logits = [0.5, f32::NEG_INFINITY, 2.0, -1.0, 2.0, f32::NAN, 1.5];
+        assert_eq!(likeliest(&logits, 3), vec![2, 4, 6]);
+        assert_eq!(likeliest(&logits, 0), Vec::<usize>::new());
+        assert_eq!(likeliest(&logits, 10), vec![2, 4, 6, 0, 3], "only finite logits");
     }
 
     #[test]

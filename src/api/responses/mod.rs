@@ -281,5 +281,18 @@ pub(super) async fn delete_response(
     Ok(Json(Deleted { id, object: "response", deleted: true }))
 }
 
+#[cfg(feature = "fuzzing")]
+impl crate::fuzzing::Api {
+    /// Parses and validates a `POST /v1/responses` body as the endpoint does (with an empty
+    /// store: a `previous_response_id` is unknown): the engine request, or the error the client
+    /// would get.
+    ///
+    /// # Errors
+    /// The [`ApiError`] the endpoint answers with.
+    pub fn validate_response(body: &[u8], model: &ModelInfo) -> Result<GenerationRequest, ApiError> {
+        ResponseJob::new(body, model, &Arc::new(ResponseStore::new(0))).map(|job| job.request)
+    }
+}
+
 #[cfg(test)]
 mod tests;
