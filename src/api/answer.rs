@@ -186,6 +186,14 @@ impl AnswerShaper {
             }
             if let ParsedPiece::CallStart { index, name } = &piece {
                 self.resolve_held(calls, &mut out);
+                if self.cut_at.is_some() {
+                    break;
+                }
+                // A held call still unfinished when the next one starts was abandoned (text
+                // that was no call after all): no repeat, so it is sent, never skipped.
+                if let Some((_, held)) = self.held.take() {
+                    out.extend(self.send(held));
+                }
                 if calls.iter().take(*index).any(|c| &c.name == name) {
                     self.held = Some((*index, vec![piece]));
                     continue;

@@ -18,8 +18,9 @@ pub(crate) fn token_logprob(
     top: usize,
 ) -> TokenLogprob {
     let max = logits.iter().copied().filter(|l| l.is_finite()).fold(f32::NEG_INFINITY, f32::max);
-    // Summed in f64: a 262K-token vocabulary of small terms loses precision in f32.
-    let sum: f64 = logits.iter().filter(|l| l.is_finite()).map(|&l| f64::from(l - max).exp()).sum();
+    // Each term in f32 (fast), summed in f64: a 262K-token vocabulary of small terms loses
+    // precision in an f32 sum.
+    let sum: f64 = logits.iter().filter(|l| l.is_finite()).map(|&l| f64::from((l - max).exp())).sum();
     let log_normalizer = f64::from(max) + sum.ln();
     let logprob = |token: usize| (f64::from(logits[token]) - log_normalizer) as f32;
     let chosen_index = usize::try_from(chosen.0).unwrap_or(0).min(logits.len().saturating_sub(1));

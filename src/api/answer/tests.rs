@@ -2,8 +2,9 @@
 //! cut, and the replies that are no answer (422).
 
 use super::*;
-use crate::api::tests::{call_text, calls_plan, text_plan};
-use crate::chat::tools::{ArgumentsError, ReplyError};
+use crate::api::convert::OutputPlan;
+use crate::api::tests::{call_text, calls_plan, text_plan, timer_tool};
+use crate::chat::tools::{ArgumentsError, ReplyError, ToolDefinition, ToolSet};
 
 /// Indexes of the calls that `deltas` start (their first delta carries the name).
 fn started_calls(deltas: &[Delta]) -> Vec<usize> {
@@ -70,6 +71,35 @@ fn a_second_call_to_a_function_is_held_until_complete_then_sent() {
     let arguments: Vec<&str> = ending.calls.iter().map(|c| c.function.arguments.as_str()).collect();
     assert_eq!(arguments, ["{\"minutes\": 2}", "{\"minutes\": 3}"]);
     assert_ne!(ending.calls[0].id, ending.calls[1].id);
+}
+
+#[test]
+fn a_held_call_abandoned_before_the_next_one_is_sent_in_order() {
+    // Found by fuzz/fuzz_targets/sse_frame.rs: a held call whose JSON broke off (possible only
+    // without a grammar) was replaced by the next call, so the stream went from call 0 to 2.
+    let mut shaper = AnswerShaper::new(calls_plan(), false);
+    let text = format!(
+        "{}\n<tool_call>\n{{\"name\": \"set_timer\" x\n{}",
+        call_text("set_timer", "{\"minutes\": 2}"),
+        call_text("set_timer", "{\"minutes\": 3}")
+    );
+    let shaped = shaper.text(text);
+    assert_eq!(started_calls(&shaped.deltas), [0, 1, 2], "every call opens, in order");
+}
+
+#[test]
+fn nothing_follows_a_repetition_found_when_the_next_call_starts() {
+    // Found by fuzz/fuzz_targets/sse_frame.rs: the held call turned out to repeat an earlier
+    // one as the next call started, and that next call was still sent after the cut.
+    let now = ToolDefinition { name: "now".into(), description: None, parameters: serde_json::json!({"type": "object"}) };
+    let tools = ToolSet::new(vec![timer_tool(), now]).expect("tools");
+    let plan = OutputPlan { tools: Some(tools), ..calls_plan() };
+    let mut shaper = AnswerShaper::new(plan, false);
+    let call = call_text("set_timer", "{\"minutes\": 2}");
+    let shaped = shaper.text(format!("{call}\n{call}\n{}", call_text("now", "{}")));
+    assert_eq!((started_calls(&shaped.deltas), shaped.done), (vec![0], true));
+    let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+    assert_eq!((ending.calls.len(), started_calls(&ending.deltas)), (1, vec![]));
 }
 
 #[test]
