@@ -58,6 +58,8 @@ pub(super) struct Reply<'j> {
     text: String,
     /// Log-probabilities waiting for their text, when the request asked for them.
     logprobs: Option<LogprobQueue>,
+    /// A thinking model's reasoning markers and budget (chat prompts of templates that think).
+    reasoning: Option<ReasoningLimit>,
 }
 
 /// A thinking model's reasoning in a reply: its markers and how many tokens it may take.
@@ -86,7 +88,14 @@ impl<'j> Reply<'j> {
             reasoning_tokens: 0,
             text: String::new(),
             logprobs: None,
+            reasoning: None,
         }
+    }
+
+    /// The reply follows a thinking model's reasoning under `limit`.
+    pub(super) fn with_reasoning(mut self, limit: Option<ReasoningLimit>) -> Self {
+        self.reasoning = limit;
+        self
     }
 
     /// Tokens generated.
@@ -135,15 +144,13 @@ impl<'j> Reply<'j> {
 
     /// Generates from the logits at `logits_index` on, evaluating each picked token (with
     /// drafts, through `speculating`) until the reply ends. The last picked token is not
-    /// evaluated: the next turn's prefill does that. With a `reasoning` budget, the end of
-    /// the reasoning is written in place of sampled tokens once the budget is spent.
-    #[allow(clippy::too_many_arguments)]
+    /// evaluated: the next turn's prefill does that. With a reasoning budget, the end of the
+    /// reasoning is written in place of sampled tokens once the budget is spent.
     pub(super) fn generate(
         &mut self,
         tokenizer: &Tokenizer,
         request: &GenerationRequest,
         mut picker: TokenPicker<'_>,
-        reasoning: Option<ReasoningLimit>,
         sequence: &mut LiveSequence<'_>,
         speculating: &mut Speculating<'_>,
         mut logits_index: i32,
@@ -154,6 +161,7 @@ impl<'j> Reply<'j> {
         let n_ctx = sequence.n_ctx() as usize;
         // Markers that are single special tokens are shown (the reasoning's too, so the text
         // can be split); other special tokens are not.
+        let reasoning = self.reasoning;
         let markers = reasoning.iter().flat_map(|r| [r.format.open, r.format.close]);
         let preserved: Vec<LlamaToken> = request
             .preserved_tokens

@@ -91,7 +91,8 @@ fn a_held_call_abandoned_before_the_next_one_is_sent_in_order() {
 fn nothing_follows_a_repetition_found_when_the_next_call_starts() {
     // Found by fuzz/fuzz_targets/sse_frame.rs: the held call turned out to repeat an earlier
     // one as the next call started, and that next call was still sent after the cut.
-    let now = ToolDefinition { name: "now".into(), description: None, parameters: serde_json::json!({"type": "object"}) };
+    let now =
+        ToolDefinition { name: "now".into(), description: None, parameters: serde_json::json!({"type": "object"}) };
     let tools = ToolSet::new(vec![timer_tool(), now]).expect("tools");
     let plan = OutputPlan { tools: Some(tools), ..calls_plan() };
     let mut shaper = AnswerShaper::new(plan, false);

@@ -340,20 +340,13 @@ impl<'m> Session<'m> {
         let prompt_time = prefill_start.elapsed();
 
         let generation_start = Instant::now();
-        let mut reply = Reply::new(events, finish_requested, shutting_down, limit);
+        let budget = request.reasoning_budget.or(self.reasoning_budget);
+        let mut reply = Reply::new(events, finish_requested, shutting_down, limit)
+            .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget }));
         let mut speculating = Speculating::new(&mut self.depth);
         self.sequence.begin_reply();
-        let reasoning = reasoning
-            .map(|format| ReasoningLimit { format, budget: request.reasoning_budget.or(self.reasoning_budget) });
-        let outcome = reply.generate(
-            &self.tokenizer,
-            request,
-            picker,
-            reasoning,
-            &mut self.sequence,
-            &mut speculating,
-            logits_index,
-        );
+        let outcome =
+            reply.generate(&self.tokenizer, request, picker, &mut self.sequence, &mut speculating, logits_index);
         if let Err(e) = speculating.end_round(&mut self.sequence) {
             // The reply itself is complete; only the cache for the next turn is lost.
             tracing::warn!("{e}");
