@@ -104,7 +104,14 @@ async fn every_format_grammar_parses_in_llama_cpp() {
     use firstword::chat::tools::{request_grammar, OutputSchema, ToolChoice, ToolFormat, ToolSet};
     use firstword::{Event, GenerationRequest, Prompt, SamplingParams};
     let (_guard, server) = exclusive_server().await;
-    let set = ToolSet::new(tool_definitions()).expect("tools");
+    // A property name with control characters too: Gemma's formats write names as literals.
+    let mut definitions = tool_definitions();
+    definitions.push(firstword::chat::tools::ToolDefinition {
+        name: "odd_names".into(),
+        description: None,
+        parameters: json!({"type": "object", "properties": {"a\u{0}b\u{1f}": {"type": "string"}}}),
+    });
+    let set = ToolSet::new(definitions).expect("tools");
     let schema = OutputSchema::new(&json!({"type": "object"})).expect("schema");
     for &format in ToolFormat::ALL {
         for (choice, output) in

@@ -54,7 +54,8 @@ fn is_word_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '-' || c == '_'
 }
 
-/// `text` as a GBNF string literal.
+/// `text` as a GBNF string literal. Control characters are written as escapes: llama.cpp reads
+/// the grammar as a C string, which a raw NUL would end.
 pub(crate) fn literal(text: &str) -> String {
     let mut out = String::from("\"");
     for c in text.chars() {
@@ -64,6 +65,7 @@ pub(crate) fn literal(text: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
+            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02X}", u32::from(c))),
             c => out.push(c),
         }
     }
@@ -107,5 +109,12 @@ mod tests {
     #[test]
     fn literals_escape_quotes_backslashes_and_newlines() {
         assert_eq!(literal("<a \"b\"\\\n>"), r#""<a \"b\"\\\n>""#);
+    }
+
+    #[test]
+    fn control_characters_in_literals_are_escaped() {
+        // Found by fuzz/fuzz_targets/schema_grammar.rs: a property name with a NUL ended
+        // llama.cpp's reading of a Gemma-format grammar early.
+        assert_eq!(literal("a\u{0}b\u{1f}\u{7f}"), r#""a\x00b\x1F\x7F""#);
     }
 }
