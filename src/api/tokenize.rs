@@ -100,7 +100,13 @@ pub(super) async fn detokenize(
         .iter()
         .map(|&id| i32::try_from(id).map_err(|_| ApiError::invalid("tokens", format!("{id} is not a token id"))))
         .collect::<Result<Vec<i32>, _>>()?;
-    let bytes: Vec<u8> = state.engine.token_pieces(&ids)?.concat();
+    // A large body holds millions of ids: looked up off the async runtime.
+    let _detokenizing = state.conversions.acquire().await.map_err(|_| ApiError::Busy("prepared"))?;
+    let engine = Arc::clone(&state.engine);
+    let pieces = tokio::task::spawn_blocking(move || engine.token_pieces(&ids))
+        .await
+        .map_err(|e| ApiError::Internal(format!("detokenizing failed: {e}")))??;
+    let bytes: Vec<u8> = pieces.concat();
     Ok(Json(DetokenizeAnswer { content: String::from_utf8_lossy(&bytes).into_owned() }))
 }
 
