@@ -219,3 +219,33 @@ fn the_store_keeps_the_most_recently_used_and_drops_chains_without_recursion() {
     assert_eq!(chain.as_ref().map(|c| c.conversation().len()), Some(200_000));
     drop(chain);
 }
+
+#[test]
+fn the_answers_logprobs_go_with_its_text_and_the_reasonings_are_left_out() {
+    use crate::engine::{Candidate, TokenLogprob};
+    let token = |text: &str| TokenLogprob {
+        chosen: Candidate { token: 1, bytes: text.as_bytes().to_vec(), logprob: -0.5 },
+        top: Vec::new(),
+    };
+    let store = Arc::new(ResponseStore::new(8));
+    let body = json!({"input": "Hi", "include": ["message.output_text.logprobs"]});
+    let mut request = job(body, &store).expect("accepted");
+    assert_eq!(request.request.logprobs, Some(0));
+    request.output.reasoning = Some(ReasoningFormat::KNOWN[1]);
+    let events = vec![
+        Event::Logprobs(vec![token("Hm"), token(".</think>")]),
+        Event::Text("Hm.</think>".into()),
+        Event::Logprobs(vec![token("\n\nHel"), token("lo")]),
+        Event::Text("\n\nHello".into()),
+        finished(FinishReason::Stop),
+    ];
+    let (written, framer) = stream(request, true, events);
+    let deltas: Vec<&Value> =
+        written.iter().filter(|(name, _)| name == "response.output_text.delta").map(|(_, data)| data).collect();
+    let tokens: Vec<&Value> =
+        deltas.iter().flat_map(|d| d["logprobs"].as_array().expect("a list")).map(|l| &l["token"]).collect();
+    assert_eq!(tokens, [&json!("\n\nHel"), &json!("lo")], "the answer's tokens, with its text");
+    let response = framer.into_outcome().expect("completed");
+    let OutputItem::Message { content, .. } = &response.output[1] else { panic!("the message second") };
+    assert_eq!(content[0].logprobs.len(), 2);
+}
