@@ -48,11 +48,16 @@ pub(super) async fn read_chat_job(state: &AppState, request: Request) -> Result<
     prepare(&state.conversions, move || ChatBody::parse(&bytes)?.into_job(&model)).await
 }
 
-/// Reads a request's body once the engine could run it. Refused before the body is read when
-/// it could not run anyway, or when enough bodies are being read already: concurrent large
-/// bodies would otherwise take unbounded memory.
+/// Reads a request's body once the engine could run it: refused before the body is read when
+/// it could not run anyway (see [`read_bounded_body`]).
 pub(super) async fn read_admitted_body(state: &AppState, request: Request) -> Result<axum::body::Bytes, ApiError> {
     state.engine.ensure_room()?;
+    read_bounded_body(state, request).await
+}
+
+/// Reads a request's body unless enough bodies are being read already: concurrent large
+/// bodies would otherwise take unbounded memory.
+pub(super) async fn read_bounded_body(state: &AppState, request: Request) -> Result<axum::body::Bytes, ApiError> {
     let _reading = state.bodies.try_acquire().map_err(|_| ApiError::Busy("read"))?;
     read_body(request, state.body_timeout).await
 }

@@ -9,15 +9,8 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
-/// Reads and parses the body of `request` within `timeout`. Like `axum::Json`, but malformed
-/// JSON, wrong types, bad UTF-8, over-deep nesting, oversized and too slow bodies all answer
-/// with the envelope, naming the field at fault.
-pub(crate) async fn read_json<T: DeserializeOwned>(request: Request, timeout: Duration) -> Result<T, ApiError> {
-    parse_json(&read_body(request, timeout).await?)
-}
-
-/// Reads the body of `request` within `timeout`; oversized, failed and too slow reads answer
-/// with the envelope.
+/// Reads the body of `request` within `timeout`. Like `axum::Json` with [`parse_json`], but
+/// oversized, failed and too slow reads answer with the envelope.
 pub(crate) async fn read_body(request: Request, timeout: Duration) -> Result<Bytes, ApiError> {
     match tokio::time::timeout(timeout, Bytes::from_request(request, &())).await {
         Ok(Ok(bytes)) => Ok(bytes),
@@ -31,7 +24,8 @@ pub(crate) async fn read_body(request: Request, timeout: Duration) -> Result<Byt
     }
 }
 
-/// Parses a request body, reporting the path of the field at fault.
+/// Parses a request body, reporting the path of the field at fault: malformed JSON, wrong
+/// types, bad UTF-8 and over-deep nesting all answer with the envelope, naming the field.
 pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::json(None, "the request body is empty; expected a JSON object"));

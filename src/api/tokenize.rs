@@ -9,10 +9,10 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::chat::read_admitted_body;
+use super::chat::read_bounded_body;
 use super::convert::{prepare, ChatBody};
 use super::error::ApiError;
-use super::extract::read_json;
+use super::extract::parse_json;
 use super::AppState;
 use crate::engine::Prompt;
 
@@ -66,8 +66,7 @@ pub(super) async fn tokenize(
     request: Request,
 ) -> Result<Json<TokenizeAnswer>, ApiError> {
     state.engine.model_info()?;
-    let _reading = state.bodies.try_acquire().map_err(|_| ApiError::Busy("read"))?;
-    let body: TokenizeRequest = read_json(request, state.body_timeout).await?;
+    let body: TokenizeRequest = parse_json(&read_bounded_body(&state, request).await?)?;
     let _tokenizing = state.conversions.acquire().await.map_err(|_| ApiError::Busy("prepared"))?;
     let ids = state.engine.tokenize(body.content, body.add_special, body.parse_special).await?;
     let tokens = if body.with_pieces {
@@ -93,8 +92,7 @@ pub(super) async fn detokenize(
     request: Request,
 ) -> Result<Json<DetokenizeAnswer>, ApiError> {
     state.engine.model_info()?;
-    let _reading = state.bodies.try_acquire().map_err(|_| ApiError::Busy("read"))?;
-    let body: DetokenizeRequest = read_json(request, state.body_timeout).await?;
+    let body: DetokenizeRequest = parse_json(&read_bounded_body(&state, request).await?)?;
     let ids = body
         .tokens
         .iter()
@@ -117,7 +115,8 @@ pub(super) async fn apply_template(
     request: Request,
 ) -> Result<Json<ApplyTemplateAnswer>, ApiError> {
     let model = state.engine.model_info()?;
-    let bytes = read_admitted_body(&state, request).await?;
+    // Nothing is queued: a full queue does not hold it.
+    let bytes = read_bounded_body(&state, request).await?;
     let job = prepare(&state.conversions, move || ChatBody::parse(&bytes)?.into_job(&model)).await?;
     let Prompt::Chat { messages, tools, template_kwargs } = job.request.prompt else {
         return Err(ApiError::Internal("a chat body became no chat prompt".into()));

@@ -330,7 +330,6 @@ async fn the_tokenizer_endpoints_answer_without_the_queue() {
     assert_eq!((status, body), (StatusCode::OK, json!({"content": "Hi"})));
     let (status, body) = call(&engine, Method::POST, "/detokenize", r#"{"tokens": [4096]}"#).await;
     assert_eq!((status, &body["error"]["code"]), (StatusCode::BAD_REQUEST, &json!("invalid_token")), "{body}");
-    let engine = replying(&[], FinishReason::Stop);
     let (status, body) = call(&engine, Method::POST, "/apply-template", hi().to_string()).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"prompt": "user: hi\n"})));
     assert!(engine.submitted.lock().is_empty(), "nothing was generated");
