@@ -7,6 +7,7 @@
 #   scripts/fuzz.sh                       every target
 #   FUZZ_SECONDS=600 scripts/fuzz.sh sse_frame
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh    ten million executions of each
+#   FUZZ_MAX_LEN=1024 scripts/fuzz.sh     inputs of at most 1 KiB (libFuzzer's default: 4 KiB)
 #
 # Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`), and
 # models/SmolLM2-135M-Instruct.Q4_1.gguf (`make models`) for schema_grammar. The first build
@@ -25,6 +26,9 @@ if [ -n "$runs" ]; then
 else
     seconds="${FUZZ_SECONDS:-60}"
     budget=()
+fi
+if [ -n "${FUZZ_MAX_LEN:-}" ]; then
+    budget+=(-max_len="$FUZZ_MAX_LEN")
 fi
 if [ "$#" -gt 0 ]; then
     targets=("$@")
