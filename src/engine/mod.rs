@@ -13,6 +13,7 @@ mod ffi;
 mod load;
 mod logprobs;
 mod prefix;
+mod queue;
 mod reply;
 mod request;
 mod sampling;
@@ -23,8 +24,8 @@ mod text;
 mod tokenizer;
 mod worker;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -33,6 +34,7 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot, Notify};
 use crate::chat::tools::ToolFormat;
 use crate::chat::{ChatFormat, Landmarks};
 pub use crate::chat::{Grammar, ReasoningFormat, TemplateSource};
+use queue::{Admission, QueuedPrefill};
 use tokenizer::Tokenizer;
 
 pub use config::{physical_cores, ContextOverflow, EngineConfig, FlashAttention};
@@ -115,8 +117,8 @@ enum LoadState {
 /// What the inference thread is asked to do, in queue order.
 enum Command {
     Generate(Box<Job>),
-    /// A job that only evaluates its prompt, numbered in submission order.
-    Prefill(Box<Job>, u64),
+    /// A job that only evaluates its prompt (gone when a newer one replaced it meanwhile).
+    Prefill(Arc<QueuedPrefill>),
     /// Answered once everything queued before it has been served.
     Idle(mpsc::Sender<()>),
 }
@@ -136,20 +138,11 @@ struct Job {
     _admitted: Admission,
 }
 
-/// One admitted generation (queued or running); dropping it frees its place.
-struct Admission(Arc<AtomicUsize>);
-
-impl Drop for Admission {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 struct Shared {
     state: Mutex<LoadState>,
     state_changed: Condvar,
     state_notify: Notify,
-    commands: SyncSender<Command>,
+    commands: queue::Sender,
     queue_size: usize,
     /// Generations admitted and not yet finished (the running one included).
     admitted: Arc<AtomicUsize>,
@@ -167,8 +160,6 @@ struct Signals {
     /// Generation jobs queued and not taken by the inference thread yet: a running prefill
     /// yields to them.
     waiting_generations: AtomicUsize,
-    /// The number of the newest prefill submitted: an older one still queued is skipped.
-    latest_prefill: AtomicU64,
 }
 
 impl Drop for Shared {
@@ -205,12 +196,14 @@ impl Engine {
     /// If the OS cannot start a thread.
     #[must_use]
     pub fn spawn(config: EngineConfig) -> Self {
-        let (commands, command_rx) = mpsc::sync_channel(config.queue_size);
+        // Admission bounds the jobs; the channel also holds the entries of prefills replaced
+        // after a generation was queued behind them (at most one per queued generation).
+        let (commands, command_rx) = mpsc::sync_channel(2 * config.queue_size + 2);
         let shared = Arc::new(Shared {
             state: Mutex::new(LoadState::Loading),
             state_changed: Condvar::new(),
             state_notify: Notify::new(),
-            commands,
+            commands: queue::Sender::new(commands, config.queue_size),
             queue_size: config.queue_size,
             admitted: Arc::new(AtomicUsize::new(0)),
             signals: Arc::new(Signals::default()),
@@ -335,7 +328,7 @@ impl Engine {
     pub fn submit(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
         let waiting = &self.shared.signals.waiting_generations;
         waiting.fetch_add(1, Ordering::Relaxed);
-        let queued = self.queue(request, None, |job| Command::Generate(Box::new(job)));
+        let queued = self.queue(request, None);
         if queued.is_err() {
             waiting.fetch_sub(1, Ordering::Relaxed);
         }
@@ -347,33 +340,32 @@ impl Engine {
     /// (or a longer one: the same conversation with more words) later prefills only the rest.
     /// Built for a voice pipeline that sends each partial transcript: the prompt is evaluated
     /// in small chunks and yields to a generation request waiting behind it at the next chunk
-    /// (what it evaluated stays cached), and a prefill still queued when a newer one arrives is
-    /// skipped. Wait for its [`PrefillReport`] with [`PendingPrefill::wait`].
+    /// (what it evaluated stays cached), and a prefill still queued when a newer one is queued
+    /// is answered as superseded at once (its place in the queue freed). Wait for its
+    /// [`PrefillReport`] with [`PendingPrefill::wait`].
     ///
     /// # Errors
     /// As [`Engine::submit`].
     pub fn prefill(&self, request: GenerationRequest) -> Result<PendingPrefill, EngineError> {
-        let number = self.shared.signals.latest_prefill.fetch_add(1, Ordering::Relaxed) + 1;
         let (report, report_rx) = oneshot::channel();
-        let (events, _) = self.queue(request, Some(report), |job| Command::Prefill(Box::new(job), number))?;
+        let (events, _) = self.queue(request, Some(report))?;
         Ok(PendingPrefill { events, report: report_rx })
     }
 
-    /// Renders `request` and queues it as `command`; returns its event receiver and its
-    /// finish-now flag.
+    /// Admits and renders `request` and queues it (a prefill when `report` is given); returns
+    /// its event receiver and its finish-now flag.
     fn queue(
         &self,
         request: GenerationRequest,
         report: Option<oneshot::Sender<PrefillReport>>,
-        command: impl FnOnce(Job) -> Command,
     ) -> Result<(tokio_mpsc::UnboundedReceiver<Event>, Arc<AtomicBool>), EngineError> {
         let loaded = self.loaded()?;
         self.ensure_room()?;
+        let admitted = Admission::take(&self.shared.admitted, self.shared.queue_size + 1)
+            .ok_or(EngineError::QueueFull { capacity: self.shared.queue_size })?;
         let (prompt, landmarks) = loaded.render(&request.prompt)?;
         let (events, receiver) = tokio_mpsc::unbounded_channel();
         let finish_requested = Arc::new(AtomicBool::new(false));
-        self.shared.admitted.fetch_add(1, Ordering::Relaxed);
-        let admitted = Admission(Arc::clone(&self.shared.admitted));
         let job = Job {
             prompt,
             report,
@@ -383,11 +375,8 @@ impl Engine {
             finish_requested: Arc::clone(&finish_requested),
             _admitted: admitted,
         };
-        match self.shared.commands.try_send(command(job)) {
-            Ok(()) => Ok((receiver, finish_requested)),
-            Err(TrySendError::Full(_)) => Err(EngineError::QueueFull { capacity: self.shared.queue_size }),
-            Err(TrySendError::Disconnected(_)) => Err(EngineError::ShuttingDown),
-        }
+        self.shared.commands.send(Box::new(job))?;
+        Ok((receiver, finish_requested))
     }
 
     /// Fails as a submission now would for lack of room: queue full (one request runs and
@@ -431,7 +420,7 @@ impl Engine {
             return;
         }
         let (reply, answer) = mpsc::channel();
-        if self.shared.commands.send(Command::Idle(reply)).is_ok() {
+        if self.shared.commands.commands().send(Command::Idle(reply)).is_ok() {
             let _ = answer.recv();
         }
     }

@@ -330,3 +330,65 @@ pub(crate) fn settled_cache(engine: &Engine) -> firstword::CacheStatus {
     engine.wait_idle_blocking();
     engine.cache_status()
 }
+
+/// A failpoint (the `failpoints` feature) that holds the thread reaching it until released or
+/// dropped, and tells the test that it was reached: a test gates on where the engine is, not
+/// on how long things take.
+pub(crate) struct Hold {
+    name: &'static str,
+    reached: std::sync::mpsc::Receiver<()>,
+    open: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl Hold {
+    /// Holds every thread that reaches failpoint `name` from now on.
+    pub(crate) fn at(name: &'static str) -> Self {
+        let (tell, reached) = std::sync::mpsc::channel();
+        let tell = std::sync::Mutex::new(tell);
+        let open = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let gate = std::sync::Arc::clone(&open);
+        fail::cfg_callback(name, move || {
+            let _ = tell.lock().expect("lock").send(());
+            let (lock, opened) = &*gate;
+            let mut is_open = lock.lock().expect("lock");
+            while !*is_open {
+                is_open = opened.wait(is_open).expect("lock");
+            }
+        })
+        .expect("failpoint");
+        Self { name, reached, open }
+    }
+
+    /// Waits until a thread is held there (failing after five minutes).
+    pub(crate) async fn reached(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+        while self.reached.try_recv().is_err() {
+            assert!(std::time::Instant::now() < deadline, "nothing reached failpoint {}", self.name);
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Lets the held thread go on; the failpoint holds nothing more.
+    pub(crate) fn release(&self) {
+        fail::remove(self.name);
+        let (lock, opened) = &*self.open;
+        *lock.lock().expect("lock") = true;
+        opened.notify_all();
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Waits until `done(engine)` holds (failing after five minutes): an observed state of the
+/// engine, such as a request being queued.
+pub(crate) async fn until(engine: &Engine, what: &str, done: impl Fn(&Engine) -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while !done(engine) {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}

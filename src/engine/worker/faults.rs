@@ -22,7 +22,8 @@ enum Requester {
 impl Requester {
     fn of(command: &Command) -> Self {
         match command {
-            Command::Generate(job) | Command::Prefill(job, _) => Self::Events(job.events.clone()),
+            Command::Generate(job) => Self::Events(job.events.clone()),
+            Command::Prefill(queued) => queued.events().map_or(Self::Nobody, Self::Events),
             Command::Idle(_) => Self::Nobody,
         }
     }

@@ -99,7 +99,12 @@ pub(super) fn run(
         if signals.shutting_down.load(Ordering::Relaxed) {
             // New submissions are refused by now: fail what is still queued, then stop.
             for command in commands.try_iter() {
-                if let Command::Generate(job) | Command::Prefill(job, _) = command {
+                let job = match command {
+                    Command::Generate(job) => Some(job),
+                    Command::Prefill(queued) => queued.take(),
+                    Command::Idle(_) => None,
+                };
+                if let Some(job) = job {
                     let _ = job.events.send(Event::Failed(EngineError::ShuttingDown));
                 }
             }
@@ -249,8 +254,11 @@ impl<'m> Session<'m> {
                     self.serve(*job);
                 }
             }
-            Command::Prefill(job, _) if job.events.is_closed() => {}
-            Command::Prefill(job, number) => self.serve_prefill(*job, number),
+            // Replaced by a newer prefill while it waited (answered then), or the client left.
+            Command::Prefill(queued) => match queued.take() {
+                Some(job) if !job.events.is_closed() => self.serve_prefill(*job),
+                _ => {}
+            },
             Command::Idle(reply) => {
                 self.sequence.wait_for_disk(SHUTDOWN_WRITE_LIMIT);
                 let _ = reply.send(());

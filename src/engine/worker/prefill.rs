@@ -52,16 +52,11 @@ impl Session<'_> {
         self.publish_cache_status();
     }
 
-    /// Serves prefill number `number`, whose events end with `Prefilled` or `Failed`; one that
-    /// a newer prefill already replaced is answered as superseded without running.
-    pub(super) fn serve_prefill(&mut self, job: Job, number: u64) {
+    /// Serves a prefill, whose events end with `Prefilled` or `Failed` (one that a newer
+    /// prefill replaced while it waited never gets here: see [`crate::engine::queue`]).
+    pub(super) fn serve_prefill(&mut self, job: Job) {
         let Job { prompt, landmarks, request, events, report: report_to, .. } = job;
         let Some(report_to) = report_to else { return };
-        if number < self.signals.latest_prefill.load(Ordering::Relaxed) {
-            tracing::debug!(number, "a newer prefill is queued; this one is skipped");
-            let _ = report_to.send(PrefillReport { superseded: true, ..PrefillReport::default() });
-            return;
-        }
         match self.prefill_steps(prompt, landmarks, &request, &events) {
             Ok(report) => {
                 self.sequence.save_pending_checkpoint();
@@ -104,6 +99,8 @@ impl Session<'_> {
         let signals = self.signals;
         let yielded = Cell::new(false);
         let outcome = self.sequence.prefill(&tokens[keep..], PREFILL_CHUNK, || {
+            // The tests hold a prefill here, between two chunks.
+            fail::fail_point!("engine::prefill_chunk");
             still_wanted(&signals.shutting_down, events)?;
             if signals.waiting_generations.load(Ordering::Relaxed) > 0 {
                 yielded.set(true);
