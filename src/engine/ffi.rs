@@ -1,6 +1,7 @@
 //! The llama.cpp calls `llama-cpp-2` does not wrap safely, in the only module allowed `unsafe`:
-//! the model's sliding window, and a sequence's state as plain bytes (the state store keeps
-//! them in RAM and writes them to disk; `llama-cpp-2`'s safe `SeqState` cannot be written).
+//! the model's sliding window, a sequence's state as plain bytes (the state store keeps them in
+//! RAM and writes them to disk; `llama-cpp-2`'s safe `SeqState` cannot be written), and what
+//! llama.cpp chose for an `auto` flash-attention policy (read from its log).
 #![allow(unsafe_code)]
 
 use llama_cpp_2::context::session::LlamaStateSeqFlags;
@@ -50,4 +51,109 @@ pub(crate) fn set_sequence_state(ctx: &mut LlamaContext<'_>, bytes: &[u8]) -> bo
     // SAFETY: `bytes` is a state llama.cpp serialised for this model and context shape (see
     // above); llama.cpp reads at most `bytes.len()` bytes from it.
     unsafe { ctx.state_seq_set_data_ext(bytes, 0, LlamaStateSeqFlags::empty()) }
+}
+
+/// The log callback llama.cpp had before [`watch_flash_attention`] put its own in, and what
+/// that one saw.
+struct FlashAttentionWatch {
+    /// llama.cpp's callback and its user data (as an address: the pointer is llama-cpp-2's
+    /// state, which lives as long as the process).
+    previous: (llama_cpp_sys_2::ggml_log_callback, usize),
+    /// Each choice llama.cpp logged, in order: true for on.
+    choices: Vec<bool>,
+}
+
+static FLASH_ATTENTION_WATCH: std::sync::Mutex<Option<FlashAttentionWatch>> = std::sync::Mutex::new(None);
+
+/// Held while a context is created under the watch: llama.cpp's log callback is one for the
+/// process, so engines starting at the same time (tests, a library user) take turns.
+static CONTEXT_CREATION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `create` (which creates contexts) and returns what llama.cpp chose for flash attention
+/// in each context that resolved an `auto` policy, in order (true: on). llama.cpp has no call
+/// that tells; it logs the choice while it creates the context, so its log callback is
+/// wrapped meanwhile (every message still goes on to llama-cpp-2's), and ggml's is left as is.
+pub(crate) fn watch_flash_attention<T>(create: impl FnOnce() -> T) -> (T, Vec<bool>) {
+    let _turn = CONTEXT_CREATION.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut callback: llama_cpp_sys_2::ggml_log_callback = None;
+    let mut user_data: *mut std::ffi::c_void = std::ptr::null_mut();
+    let mut ggml_callback: llama_cpp_sys_2::ggml_log_callback = None;
+    let mut ggml_user_data: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: the getters write the current callbacks and user data to valid locals; the
+    // setters take a callback of the right signature (or the ones just read back). Only the
+    // inference thread creates contexts, once, at start-up.
+    unsafe {
+        llama_cpp_sys_2::llama_log_get(&mut callback, &mut user_data);
+        llama_cpp_sys_2::ggml_log_get(&mut ggml_callback, &mut ggml_user_data);
+    }
+    if let Ok(mut watch) = FLASH_ATTENTION_WATCH.lock() {
+        *watch = Some(FlashAttentionWatch { previous: (callback, user_data as usize), choices: Vec::new() });
+    }
+    // SAFETY: see above; `llama_log_set` sets ggml's callback too, so ggml's is put back.
+    unsafe {
+        llama_cpp_sys_2::llama_log_set(Some(watch_log), std::ptr::null_mut());
+        llama_cpp_sys_2::ggml_log_set(ggml_callback, ggml_user_data);
+    }
+    let created = create();
+    // SAFETY: see above.
+    unsafe {
+        llama_cpp_sys_2::llama_log_set(callback, user_data);
+        llama_cpp_sys_2::ggml_log_set(ggml_callback, ggml_user_data);
+    }
+    let choices = FLASH_ATTENTION_WATCH.lock().ok().and_then(|mut watch| watch.take()).map(|w| w.choices);
+    (created, choices.unwrap_or_default())
+}
+
+/// llama.cpp's log callback while [`watch_flash_attention`] runs: notes a flash-attention
+/// choice, then passes the message on.
+unsafe extern "C" fn watch_log(
+    level: llama_cpp_sys_2::ggml_log_level,
+    text: *const std::os::raw::c_char,
+    _user_data: *mut std::ffi::c_void,
+) {
+    if text.is_null() {
+        return;
+    }
+    // SAFETY: llama.cpp passes a NUL-terminated message, valid for this call.
+    let message = unsafe { std::ffi::CStr::from_ptr(text) }.to_bytes();
+    let previous = FLASH_ATTENTION_WATCH.lock().ok().and_then(|mut watch| {
+        let watch = watch.as_mut()?;
+        if let Some(choice) = flash_attention_choice(message) {
+            watch.choices.push(choice);
+        }
+        Some(watch.previous)
+    });
+    if let Some((Some(callback), user_data)) = previous {
+        // SAFETY: the callback and user data llama.cpp had before, called as llama.cpp would.
+        unsafe { callback(level, text, user_data as *mut std::ffi::c_void) };
+    }
+}
+
+/// The flash-attention choice a llama.cpp log message reports, if it is one
+/// (`llama_context::resolve_fused_ops` in the pinned release).
+pub(crate) fn flash_attention_choice(message: &[u8]) -> Option<bool> {
+    let has = |needle: &[u8]| message.windows(needle.len()).any(|window| window == needle);
+    if has(b"Flash Attention enabled") {
+        Some(true)
+    } else if has(b"Flash Attention not supported") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flash_attention_choice;
+
+    #[test]
+    fn the_flash_attention_choice_is_read_from_llama_cpp_s_messages() {
+        assert_eq!(flash_attention_choice(b"resolve_fused_ops: Flash Attention enabled\n"), Some(true));
+        assert_eq!(
+            flash_attention_choice(b"resolve_fused_ops: Flash Attention not supported, set to disabled\n"),
+            Some(false)
+        );
+        assert_eq!(flash_attention_choice(b"llama_context: flash_attn = auto\n"), None);
+        assert_eq!(flash_attention_choice(b"resolve_fused_ops: fused Gated Delta Net enabled\n"), None);
+    }
 }

@@ -16,6 +16,7 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 
 use super::decoder::{Decoder, ModelDrafter, MtpDrafter};
+use super::ffi::watch_flash_attention;
 use super::speculation::{vocabulary_difference, Drafter, SpecMode, SpeculationPlan};
 use super::{EngineConfig, EngineError, FlashAttention, SpeculationError};
 
@@ -107,15 +108,27 @@ fn load_draft_model(
     }
 }
 
-/// Creates the target context and its drafter; returns them with the logical batch size and
-/// the recurrent-state snapshots the target keeps (`n_rs_seq`).
+/// The target context and its drafter, as [`create_decoder`] made them.
+pub(super) struct Contexts<'m> {
+    /// The contexts.
+    pub(super) decoder: Decoder<'m>,
+    /// The logical batch size.
+    pub(super) n_batch: usize,
+    /// The recurrent-state snapshots the target keeps (`n_rs_seq`).
+    pub(super) rs_snapshots: u32,
+    /// Whether the target computes attention with flash attention: `on` or `off`, what
+    /// llama.cpp chose for an `auto` policy (`auto` only if it did not say).
+    pub(super) flash_attention: &'static str,
+}
+
+/// Creates the target context and its drafter.
 pub(super) fn create_decoder<'m>(
     backend: &LlamaBackend,
     model: &'m LlamaModel,
     draft_model: Option<&'m LlamaModel>,
     plan: &SpeculationPlan,
     config: &EngineConfig,
-) -> Result<(Decoder<'m>, usize, u32), EngineError> {
+) -> Result<Contexts<'m>, EngineError> {
     let n_ctx_train = model.n_ctx_train();
     let n_ctx = config.ctx_size.unwrap_or_else(|| n_ctx_train.min(DEFAULT_CTX_CAP)).max(16);
     let flash = match config.flash_attention {
@@ -139,7 +152,13 @@ pub(super) fn create_decoder<'m>(
         .with_n_rs_seq(rs_snapshots);
     let context_error =
         |e: llama_cpp_2::LlamaContextLoadError| EngineError::ContextCreate { n_ctx, reason: e.to_string() };
-    let mut ctx = model.new_context(backend, params.clone()).map_err(context_error)?;
+    let (created, choices) = watch_flash_attention(|| model.new_context(backend, params.clone()));
+    let mut ctx = created.map_err(context_error)?;
+    let flash_attention = match (config.flash_attention, choices.first()) {
+        (FlashAttention::On, _) | (FlashAttention::Auto, Some(true)) => "on",
+        (FlashAttention::Off, _) | (FlashAttention::Auto, Some(false)) => "off",
+        (FlashAttention::Auto, None) => "auto",
+    };
     let mut drafter = plan.drafter.clone();
     if speculating && (model.is_recurrent() || model.is_hybrid()) && !can_drop_tail(&mut ctx, model) {
         if config.speculation.mode != SpecMode::Auto {
@@ -177,7 +196,8 @@ pub(super) fn create_decoder<'m>(
             plan.p_min
         ),
     }
-    Ok((decoder, n_batch as usize, if drafter == Drafter::None { 0 } else { rs_snapshots }))
+    let rs_snapshots = if drafter == Drafter::None { 0 } else { rs_snapshots };
+    Ok(Contexts { decoder, n_batch: n_batch as usize, rs_snapshots, flash_attention })
 }
 
 /// Whether the context can drop the last position of a sequence, as rejecting a draft does:

@@ -79,7 +79,9 @@ pub(crate) struct ContextShape {
     pub(crate) kv_types: String,
     /// Full-size KV cache for sliding-window layers.
     pub(crate) swa_full: bool,
-    /// Flash attention policy (decides whether V is stored transposed).
+    /// Flash attention as the context computes it: `on` or `off` (what llama.cpp chose for an
+    /// `auto` policy; the policy decides whether V is stored transposed, the choice how every
+    /// later position's keys and values are computed).
     pub(crate) flash_attention: String,
     /// Sequences per context.
     pub(crate) n_seq_max: u32,
@@ -187,7 +189,7 @@ pub(crate) fn test_fingerprint() -> Fingerprint {
             n_ctx: 4096,
             kv_types: "f16/f16".into(),
             swa_full: true,
-            flash_attention: "auto".into(),
+            flash_attention: "on".into(),
             n_seq_max: 1,
             n_rs_seq: 0,
             drafter: "none".into(),

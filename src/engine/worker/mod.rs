@@ -15,7 +15,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::disk::{ContextShape, DiskCache, Fingerprint, ModelIdentity};
 use super::ffi::effective_sliding_window;
-use super::load::{create_decoder, Models};
+use super::load::{create_decoder, Contexts, Models};
 use super::reply::{still_wanted, Halt, ReasoningLimit, Reply};
 use super::sampling::TokenPicker;
 use super::sequence::{Displaced, LiveSequence, Reuse};
@@ -171,7 +171,8 @@ impl<'m> Session<'m> {
         // The window llama.cpp applies, which the GGUF key alone does not always tell.
         let n_swa = effective_sliding_window(model);
         let n_ctx_train = model.n_ctx_train();
-        let (decoder, n_batch, rs_snapshots) = create_decoder(backend, model, draft_model, plan, config)?;
+        let Contexts { decoder, n_batch, rs_snapshots, flash_attention } =
+            create_decoder(backend, model, draft_model, plan, config)?;
         let recurrent = model.is_recurrent() || model.is_hybrid();
         let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
         let budget = usize::try_from(cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
@@ -198,7 +199,7 @@ impl<'m> Session<'m> {
                 n_ctx: sequence.n_ctx(),
                 kv_types: "f16/f16".into(),
                 swa_full: config.swa_full,
-                flash_attention: format!("{:?}", config.flash_attention).to_lowercase(),
+                flash_attention: flash_attention.into(),
                 n_seq_max: 1,
                 n_rs_seq: rs_snapshots,
                 drafter: sequence.drafter_name().into(),
