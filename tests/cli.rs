@@ -41,6 +41,14 @@ fn a_missing_model_exits_non_zero_with_a_clear_message() {
 /// A `firstword serve` over SmolLM2 with `extra` flags, once it logged that it is ready: the
 /// process, its port, the rest of its log and what it logged before it was ready.
 fn serve_smollm2(extra: &[&str]) -> (Child, u16, Lines<BufReader<ChildStderr>>, Vec<String>) {
+    serve_smollm2_with(extra, &[])
+}
+
+/// [`serve_smollm2`] with environment variables `env` set for the server.
+fn serve_smollm2_with(
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, u16, Lines<BufReader<ChildStderr>>, Vec<String>) {
     let port = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
         probe.local_addr().expect("addr").port()
@@ -52,6 +60,7 @@ fn serve_smollm2(extra: &[&str]) -> (Child, u16, Lines<BufReader<ChildStderr>>, 
         // Tests never write to the user's cache directory.
         .args(if extra.contains(&"--cache-dir") { &[][..] } else { &["--no-cache-dir"][..] })
         .args(extra)
+        .envs(env.iter().copied())
         .stderr(Stdio::piped())
         .spawn()
         .expect("starts");
@@ -184,7 +193,15 @@ impl Drop for Reaper {
     }
 }
 
+/// Builds with the `failpoints` feature pause the disk cache's writer once the temporary
+/// file is begun (and it stays there): a SIGKILL then always comes in the middle of a write.
+const PAUSE_WRITES: [(&str, &str); 1] = [("FAILPOINTS", "disk::write=pause")];
+
 #[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "pauses the disk cache's writer at a failpoint: needs --features failpoints"
+)]
 fn the_disk_cache_survives_sigterm_and_sigkill_and_refuses_a_damaged_file_by_name() {
     let reaper = Reaper::default();
     let dir = std::env::temp_dir().join(format!("firstword-cli-disk-{}", std::process::id()));
@@ -192,10 +209,9 @@ fn the_disk_cache_survives_sigterm_and_sigkill_and_refuses_a_damaged_file_by_nam
     let cache = dir.join("cache");
     let flags = ["--cache-dir", cache.to_str().expect("path"), "--cache-min-tokens", "32"];
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let ask = |port: u16, system: &str| {
+    let ask = |port: u16, messages: &serde_json::Value| {
         runtime.block_on(async {
-            let body = serde_json::json!({"messages": [{"role": "system", "content": system},
-                {"role": "user", "content": "Which facts mention trains?"}], "max_tokens": 8, "temperature": 0});
+            let body = serde_json::json!({"messages": messages, "max_tokens": 8, "temperature": 0});
             let (status, answer) = common::post(&format!("http://127.0.0.1:{port}"), &body).await;
             assert_eq!(status, 200, "{answer}");
             answer
@@ -205,59 +221,84 @@ fn the_disk_cache_survives_sigterm_and_sigkill_and_refuses_a_damaged_file_by_nam
         let model_dir = std::fs::read_dir(&cache).expect("cache dir").flatten().next().expect("model dir").path();
         std::fs::read_dir(model_dir).expect("model dir").flatten().map(|e| e.path()).collect()
     };
+    let temporary = |file: &std::path::PathBuf| file.extension().is_some_and(|e| e == "tmp");
+    // The writer is paused in the middle of a file: its temporary file is there.
+    let mid_write = || {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !files().iter().any(temporary) {
+            assert!(Instant::now() < deadline, "no write began: {:?}", files());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let content = |answer: &serde_json::Value| answer["choices"][0]["message"]["content"].clone();
+    let cached = |answer: &serde_json::Value| answer["usage"]["prompt_tokens_details"]["cached_tokens"].clone();
+    let conversation = |system: &str| {
+        serde_json::json!([{"role": "system", "content": system},
+        {"role": "user", "content": "Which facts mention trains?"}])
+    };
     let system = common::long_system_prompt(1200);
+    let turn1 = conversation(&system);
 
     // SIGTERM: the conversation is on disk when the process exits.
     let (child, port, lines, startup) = serve_smollm2(&flags);
     reaper.watch(&child);
     assert!(startup.iter().any(|l| l.contains("disk cache") && l.contains("0 entries")), "{startup:?}");
-    let first = ask(port, &system);
+    let first = ask(port, &turn1);
     let (status, log) = stop(child, lines, "-TERM");
     assert!(status.success(), "{status}: {log}");
     assert!(log.contains("disk cache written"), "{log}");
     assert_eq!(files().len(), 1, "{:?}", files());
 
     // The restarted server has it live before its first request.
-    let (child, port, lines, startup) = serve_smollm2(&flags);
+    let (child, port, lines, startup) = serve_smollm2_with(&flags, &PAUSE_WRITES);
     reaper.watch(&child);
     assert!(startup.iter().any(|l| l.contains("restored the last conversation")), "{startup:?}");
-    let again = ask(port, &system);
+    let again = ask(port, &turn1);
     assert_eq!(again["timings"]["cache"]["source"], "disk", "{again}");
     let prompt_tokens = again["usage"]["prompt_tokens"].as_u64().expect("prompt_tokens");
     assert_eq!(again["usage"]["prompt_tokens_details"]["cached_tokens"], prompt_tokens - 1, "{again}");
 
-    // SIGKILL right after an answer, while its state is being written: no file is left that
-    // the next start could use wrongly, and nothing under a temporary name survives it.
-    // SIGKILL while the answer's state is being written (as soon as its temporary file
-    // appears): no file is left that the next start could use wrongly, and nothing under a
-    // temporary name survives the next start.
-    let other = format!("Another assistant.\n{}", common::long_system_prompt(1300));
+    // SIGKILL while another conversation's state is being written: no file is left that the
+    // next start could use wrongly, and nothing under a temporary name survives the next
+    // start, which restores the first conversation as before.
+    let other = conversation(&format!("Another assistant.\n{}", common::long_system_prompt(1300)));
     let before_kill = ask(port, &other);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mid_write = loop {
-        if files().iter().any(|f| f.extension().is_some_and(|e| e == "tmp")) {
-            break true;
-        }
-        if files().len() == 2 || Instant::now() > deadline {
-            break false;
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    };
+    mid_write();
     let (_, _) = stop(child, lines, "-KILL");
-    eprintln!("SIGKILL during the write: {mid_write}; left: {:?}", files());
-    let (child, port, lines, startup) = serve_smollm2(&flags);
+    let (child, port, lines, startup) = serve_smollm2_with(&flags, &PAUSE_WRITES);
     reaper.watch(&child);
     let refused: Vec<&String> = startup.iter().filter(|l| l.contains("refusing")).collect();
     assert!(refused.is_empty(), "a complete file only ever has its final name: {refused:?}");
-    assert!(!files().iter().any(|f| f.extension().is_some_and(|e| e == "tmp")), "{:?}", files());
+    assert!(!files().iter().any(temporary), "{:?}", files());
+    assert!(startup.iter().any(|l| l.contains("restored the last conversation")), "{startup:?}");
     let after_kill = ask(port, &other);
-    let cached = |answer: &serde_json::Value| answer["usage"]["prompt_tokens_details"]["cached_tokens"].clone();
-    if mid_write {
-        // The unfinished file is gone: the first conversation was restored, as before the
-        // kill, so the split, and the answer, are the same.
-        assert_eq!(cached(&after_kill), cached(&before_kill), "{after_kill}");
-        assert_eq!(after_kill["choices"][0]["message"]["content"], before_kill["choices"][0]["message"]["content"]);
-    }
+    assert_eq!(cached(&after_kill), cached(&before_kill), "{after_kill}");
+    assert_eq!(content(&after_kill), content(&before_kill));
+    mid_write();
+    let (_, _) = stop(child, lines, "-KILL");
+
+    // SIGKILL while the same conversation's next turn is being written, the file that turn
+    // replaces still in place: it stays until the new one is, so the next start restores the
+    // first turn and answers the second as before.
+    let mut turn2 = turn1.clone();
+    let messages = turn2.as_array_mut().expect("messages");
+    messages.push(serde_json::json!({"role": "assistant", "content": content(&first)}));
+    messages.push(serde_json::json!({"role": "user", "content": "And gardens?"}));
+    let (child, port, lines, _) = serve_smollm2_with(&flags, &PAUSE_WRITES);
+    reaper.watch(&child);
+    let second = ask(port, &turn2);
+    mid_write();
+    let complete: Vec<_> = files().into_iter().filter(|f| !temporary(f)).collect();
+    assert_eq!(complete.len(), 1, "the first turn's file is still there: {complete:?}");
+    let (_, _) = stop(child, lines, "-KILL");
+    let (child, port, lines, startup) = serve_smollm2(&flags);
+    reaper.watch(&child);
+    assert!(startup.iter().any(|l| l.contains("restored the last conversation")), "{startup:?}");
+    assert!(!files().iter().any(temporary), "{:?}", files());
+    let second_again = ask(port, &turn2);
+    assert_eq!(second_again["timings"]["cache"]["source"], "disk", "{second_again}");
+    assert_eq!(cached(&second_again), cached(&second), "{second_again}");
+    assert_eq!(content(&second_again), content(&second));
     let (status, _) = stop(child, lines, "-TERM");
     assert!(status.success());
 
@@ -278,11 +319,50 @@ fn the_disk_cache_survives_sigterm_and_sigkill_and_refuses_a_damaged_file_by_nam
         );
         assert!(!file.exists(), "{name} is removed");
     }
-    let cold = ask(port, &system);
+    let cold = ask(port, &turn1);
     assert_eq!(cold["timings"]["cache"]["reason"], "cold", "{cold}");
-    assert_eq!(cold["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"]);
+    assert_eq!(content(&cold), content(&first));
     let (status, _) = stop(child, lines, "-TERM");
     assert!(status.success());
+
+    // One digit of the header's token list changed (valid JSON of the same length): the
+    // checksum covers the header, so the file is refused by name and removed.
+    let written = files();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let mut bytes = std::fs::read(&written[0]).expect("read");
+    let list = bytes.windows(10).position(|w| w == b"\"tokens\":[").expect("the token list") + 10;
+    let digit = list + bytes[list..].iter().position(|b| (b'1'..=b'8').contains(b)).expect("a digit");
+    bytes[digit] += 1;
+    std::fs::write(&written[0], bytes).expect("write");
+    let (child, _, lines, startup) = serve_smollm2(&flags);
+    reaper.watch(&child);
+    let name = written[0].display().to_string();
+    assert!(
+        startup.iter().any(|l| l.contains("refusing") && l.contains(&name) && l.contains("corrupt")),
+        "{name}: {startup:?}"
+    );
+    assert!(!written[0].exists(), "{name} is removed");
+    let (status, _) = stop(child, lines, "-TERM");
+    assert!(status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_cache_directory_other_users_can_write_to_is_refused_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let reaper = Reaper::default();
+    let dir = std::env::temp_dir().join(format!("firstword-cli-shared-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (child, _, lines, startup) = serve_smollm2(&["--cache-dir", dir.to_str().expect("path")]);
+    reaper.watch(&child);
+    let warning = startup.iter().find(|l| l.contains("disk cache off")).expect("the disk cache is off");
+    assert!(warning.contains(dir.to_str().expect("path")), "names the directory: {warning}");
+    assert!(warning.contains("writable by other users") && warning.contains("chmod"), "and the fix: {warning}");
+    let (status, _) = stop(child, lines, "-TERM");
+    assert!(status.success());
+    assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 0, "nothing was created in it");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -341,8 +421,19 @@ fn the_systemd_unit_uses_only_flags_and_variables_the_binary_has() {
         let name = line.split('=').next().expect("a name");
         assert!(help.contains(&format!("[env: {name}")), "{name} is not a variable of `firstword serve`");
     }
-    // The service keeps its cache, is restarted on failure, and cannot gain privileges.
-    for setting in ["CacheDirectory=firstword", "Restart=on-failure", "NoNewPrivileges=yes", "DynamicUser=yes"] {
+    // The service keeps its cache, is restarted on failure, and cannot gain privileges. Its
+    // cache directory passes the disk cache's check: systemd makes it the service user's
+    // (DynamicUser) and writable by nobody else (the mode, and the umask for what is created
+    // in it).
+    let settings = [
+        "CacheDirectory=firstword",
+        "CacheDirectoryMode=0700",
+        "UMask=0077",
+        "Restart=on-failure",
+        "NoNewPrivileges=yes",
+        "DynamicUser=yes",
+    ];
+    for setting in settings {
         assert!(unit.lines().any(|l| l == setting), "{setting} missing");
     }
 }

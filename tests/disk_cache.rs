@@ -1,7 +1,8 @@
 //! The disk cache: a restarted engine serves the conversation from disk and answers exactly as
-//! one that never stopped; files that are damaged or were written for another model,
-//! parameters or template are refused (removed) and the answer is a fresh engine's; the budget
-//! evicts the least recently used file.
+//! one that never stopped; files that are damaged (their header included) or were written for
+//! another model, parameters or template, or whose state llama.cpp refuses or does not hold
+//! their tokens, are refused (removed) and the answer is a fresh engine's; the budget evicts
+//! the least recently used file; a directory other users could write to is not used.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use common::{chat, greedy, long_system_prompt, model_path, smollm2_path, test_config, Generated};
 use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, Prompt};
+use serde_json::Value;
 
 /// A directory of its own for one test, removed at the end.
 struct TempDir(PathBuf);
@@ -47,6 +49,41 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Where a cache file's header ends: `FWKV`, the format version, the header's length and the
+/// checksum come first.
+fn header_end(bytes: &[u8]) -> usize {
+    24 + u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize
+}
+
+/// A cache file's header.
+fn header_of(path: &Path) -> Value {
+    let bytes = std::fs::read(path).expect("read");
+    serde_json::from_slice(&bytes[24..header_end(&bytes)]).expect("a JSON header")
+}
+
+/// Rewrites the cache file at `path`: its header (as JSON) and its payload go through
+/// `change`, the header's length follows; the checksum is computed again only with
+/// `checksum_again` (a file changed where no checksum can tell).
+fn rewrite(path: &Path, checksum_again: bool, change: impl FnOnce(&mut Value, &mut Vec<u8>)) {
+    let bytes = std::fs::read(path).expect("read");
+    let end = header_end(&bytes);
+    let mut header: Value = serde_json::from_slice(&bytes[24..end]).expect("a JSON header");
+    let mut payload = bytes[end..].to_vec();
+    change(&mut header, &mut payload);
+    let text = serde_json::to_vec(&header).expect("JSON");
+    let mut covered = bytes[4..8].to_vec();
+    covered.extend_from_slice(&(text.len() as u64).to_le_bytes());
+    let mut checksum = bytes[16..24].to_vec();
+    if checksum_again {
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        for part in [&covered[..], &text, &payload] {
+            hasher.update(part);
+        }
+        checksum = hasher.digest().to_le_bytes().to_vec();
+    }
+    std::fs::write(path, [&b"FWKV"[..], &covered, &checksum, &text, &payload].concat()).expect("write");
 }
 
 /// Settings writing sequences of 32 tokens or more to `dir`.
@@ -245,4 +282,142 @@ fn the_disk_budget_evicts_the_least_recently_used_file() {
     assert_eq!(dir.cache_files().len(), 2, "the evicted file is gone from disk");
     let used: u64 = walk(&dir.0).iter().map(|p| std::fs::metadata(p).map_or(0, |m| m.len())).sum();
     assert!(used <= 16 << 20, "the budget holds: {used} bytes");
+}
+
+/// A conversation whose system prompt ends with a door code, asking for it.
+fn door_code(code: &str) -> Prompt {
+    let system = format!("{}\nThe garage door code is {code}.", long_system_prompt(200));
+    chat(&[ChatMessage::system(system), ChatMessage::user("What is the garage door code?")])
+}
+
+#[test]
+fn a_header_changed_where_it_still_parses_is_refused_and_the_answer_is_a_fresh_engines() {
+    let dir = TempDir::new("header");
+    let config = config(smollm2_path(), &dir);
+    let engine = Engine::start(config.clone()).expect("model loads");
+    greedy(&engine, door_code("4719"), 8);
+    let written = engine.tokenize_blocking(&door_code("4719")).expect("tokens");
+    let asked = engine.tokenize_blocking(&door_code("0719")).expect("tokens");
+    drop(engine);
+    let changed: Vec<usize> = (0..asked.len()).filter(|&i| written[i] != asked[i]).collect();
+    assert_eq!(changed.len(), 1, "one token tells the codes apart: {changed:?}");
+    // The state computed for 4719 under a token list that says 0719, its checksum as it was:
+    // served, it answered "4719" to a prompt saying 0719 (the header was not checksummed).
+    refused_after(&dir, &config, &door_code("0719"), |file| {
+        rewrite(file, false, |header, _| header["tokens"][changed[0]] = asked[changed[0]].into());
+    });
+}
+
+#[test]
+fn a_state_that_does_not_hold_its_header_s_tokens_is_refused() {
+    let dir = TempDir::new("positions");
+    let config = config(smollm2_path(), &dir);
+    let (turn1, _) = turns(200);
+    let prompt = chat(&turn1);
+    write_one_turn(&config, prompt.clone());
+    // One token fewer than the state holds, the checksum made to match: only the restored
+    // sequence's last position tells.
+    refused_after(&dir, &config, &prompt, |file| {
+        rewrite(file, true, |header, _| {
+            header["tokens"].as_array_mut().expect("tokens").pop();
+        });
+    });
+}
+
+/// Makes the state in the cache file at `path` one llama.cpp refuses (its stream count, the
+/// first field, changed), with a checksum that matches, and gives the file `modified` as its
+/// time (which decides the most recently used).
+fn make_state_unreadable(path: &Path, modified: std::time::SystemTime) {
+    rewrite(path, true, |_, payload| payload[..4].copy_from_slice(&2u32.to_le_bytes()));
+    std::fs::File::options().write(true).open(path).and_then(|f| f.set_modified(modified)).expect("time");
+}
+
+#[test]
+fn a_state_llama_cpp_refuses_is_refused_by_its_file_at_start_up() {
+    let dir = TempDir::new("refused-state");
+    let config = config(smollm2_path(), &dir);
+    let (turn1, _) = turns(200);
+    let prompt = chat(&turn1);
+    write_one_turn(&config, prompt.clone());
+    refused_after(&dir, &config, &prompt, |file| make_state_unreadable(file, std::time::SystemTime::now()));
+}
+
+#[test]
+fn a_state_llama_cpp_refuses_is_tried_once_and_the_live_sequence_serves_instead() {
+    let dir = TempDir::new("refused-live");
+    let config = config(smollm2_path(), &dir);
+    let system = long_system_prompt(300);
+    let conversation = |question: &str| vec![ChatMessage::system(system.as_str()), ChatMessage::user(question)];
+    // B's own part is long enough that its file spares more than the shared system prompt.
+    let b_question = "Which facts mention trains? List every one of them with its number, and say for each \
+                      whether it also mentions a city, a river, a garden or a mountain.";
+    let next_turn = |reply: &str| {
+        let mut messages = conversation(b_question);
+        messages.push(ChatMessage::assistant(reply));
+        messages.push(ChatMessage::user("And gardens?"));
+        messages
+    };
+    // Conversation B, then A: two files, A the most recent.
+    let engine = Engine::start(config.clone()).expect("model loads");
+    let b = greedy(&engine, chat(&conversation(b_question)), 16);
+    engine.wait_idle_blocking();
+    let b_file = dir.cache_files();
+    assert_eq!(b_file.len(), 1, "{b_file:?}");
+    greedy(&engine, chat(&conversation("Which facts mention rivers?")), 8);
+    drop(engine);
+    assert_eq!(dir.cache_files().len(), 2, "{:?}", dir.cache_files());
+    make_state_unreadable(&b_file[0], std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1));
+
+    // A is live after the restart; B's next turn finds B's file, whose state llama.cpp
+    // refuses: the file is removed at once, and A, the live sequence, serves what it shares.
+    let restarted = Engine::start(config.clone()).expect("model loads");
+    assert!(restarted.cache_status().live_tokens > 0, "A was restored");
+    let turn2 = chat(&next_turn(&b.text));
+    let answer = greedy(&restarted, turn2.clone(), 8);
+    let cache = answer.timings.cache;
+    eprintln!("B's next turn after the refused file: {:?} {cache:?}", answer.usage);
+    assert!(!b_file[0].exists(), "the refused file is removed, never tried again");
+    assert_eq!(cache.source, CacheSource::Live, "{cache:?}");
+    assert!(cache.reused > 250, "the live sequence kept serving the system prompt: {cache:?}");
+    drop(restarted);
+
+    // An engine that never had the file, with the same split.
+    let steady = Engine::start(EngineConfig { cache_dir: None, ..config }).expect("model loads");
+    greedy(&steady, chat(&conversation("Which facts mention rivers?")), 8);
+    let expected = greedy(&steady, turn2, 8);
+    assert_eq!(expected.usage.cached_tokens, answer.usage.cached_tokens, "the same split");
+    assert_eq!(answer.text, expected.text);
+}
+
+#[test]
+fn the_header_records_the_flash_attention_llama_cpp_chose() {
+    let dir = TempDir::new("flash");
+    let config = config(smollm2_path(), &dir);
+    assert_eq!(config.flash_attention, firstword::engine::FlashAttention::Auto);
+    let (turn1, _) = turns(100);
+    write_one_turn(&config, chat(&turn1));
+    let header = header_of(&dir.cache_files()[0]);
+    let recorded = &header["fingerprint"]["context"]["flash_attention"];
+    assert!(recorded == "on" || recorded == "off", "what llama.cpp chose, not the policy: {recorded}");
+}
+
+#[test]
+fn a_cache_directory_other_users_could_write_to_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("shared");
+    let shared = dir.0.join("cache");
+    std::fs::create_dir(&shared).expect("dir");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let config = EngineConfig { cache_dir: Some(shared.clone()), ..config(smollm2_path(), &dir) };
+    let (turn1, _) = turns(100);
+    // The server starts and serves; only the disk cache is off.
+    let engine = Engine::start(config.clone()).expect("model loads");
+    assert!(engine.cache_status().disk.is_none(), "a directory others can write to is not used");
+    greedy(&engine, chat(&turn1), 4);
+    drop(engine);
+    assert!(dir.cache_files().is_empty(), "nothing written there: {:?}", dir.cache_files());
+    // Its owner's fix, as the warning says.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let engine = Engine::start(config).expect("model loads");
+    assert!(engine.cache_status().disk.is_some());
 }

@@ -3,7 +3,8 @@
 //! reply, a llama.cpp decode failure, a panic in a request handler, and a panic the engine
 //! cannot recover from. Each failing request gets its error envelope; after the recoverable
 //! ones the server keeps serving, and the cache, cleared, serves the same greedy answers as
-//! before; after the unrecoverable one `/health` answers 503 and the binary exits non-zero.
+//! before; after the unrecoverable one `/health` answers 503 and the binary exits non-zero. A
+//! disk cache writer thread that panics turns the disk cache off, and nothing waits for it.
 
 mod common;
 
@@ -193,4 +194,63 @@ fn an_engine_that_cannot_recover_answers_503_and_the_binary_exits_non_zero() {
     let log: Vec<String> = lines.map_while(Result::ok).collect();
     assert_eq!(status.code(), Some(1), "{log:?}");
     assert!(log.iter().any(|line| line.contains("a supervisor restarts")), "{log:?}");
+}
+
+#[test]
+fn a_stopped_disk_writer_turns_the_disk_cache_off_and_nothing_waits_for_it() {
+    let scenario = FailScenario::setup();
+    let dir = std::env::temp_dir().join(format!("firstword-faults-writer-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config =
+        firstword::EngineConfig { cache_dir: Some(dir.clone()), cache_min_tokens: 32, ..test_config(smollm2_path()) };
+    let engine = Engine::start(config).expect("SmolLM2 loads");
+    let turn = |question: &str| {
+        common::chat(&[
+            firstword::ChatMessage::system(common::long_system_prompt(300)),
+            firstword::ChatMessage::user(question),
+        ])
+    };
+    // The writer thread panics in its first write.
+    fail::cfg("disk::write", "panic").expect("failpoint");
+    let first = common::greedy(&engine, turn("Which facts mention trains?"), 6);
+    // The idle wait flushes the disk cache: before, it waited its whole 5 s for a thread that
+    // was gone.
+    let started = Instant::now();
+    engine.wait_idle_blocking();
+    let idle = started.elapsed();
+    let status = engine.cache_status();
+    let disk = status.disk.expect("reported, though off");
+    let off = disk.off.expect("the disk cache is off");
+    assert!(off.contains("writer thread stopped") && off.contains("disk::write"), "{off}");
+    assert!(disk.entries.is_empty(), "{:?}", disk.entries);
+    assert!(idle < Duration::from_secs(4), "the idle wait did not wait for the stopped writer: {idle:?}");
+    fail::remove("disk::write");
+
+    // Requests are served as before (from the live cache), and nothing waits again.
+    let second = common::greedy(&engine, turn("Which facts mention trains?"), 6);
+    assert_eq!(second.text, first.text);
+    assert!(second.usage.cached_tokens > 250, "{:?}", second.usage);
+    let started = Instant::now();
+    engine.wait_idle_blocking();
+    drop(engine);
+    let stopped = started.elapsed();
+    assert!(stopped < Duration::from_secs(4), "idle and shutdown did not wait for the writer: {stopped:?}");
+    let written: Vec<_> = walk_files(&dir).into_iter().filter(|p| p.extension().is_some_and(|e| e == "fwkv")).collect();
+    assert!(written.is_empty(), "nothing was written after it stopped: {written:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+    scenario.teardown();
+}
+
+/// Every file under `dir`.
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk_files(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
 }

@@ -72,6 +72,7 @@ pub(super) async fn cache(State(state): State<Arc<AppState>>) -> Result<Json<Cac
             budget_bytes: disk.budget_bytes,
             used_bytes: disk.used_bytes,
             entries: entry_views(disk.entries),
+            off: disk.off,
         }),
     }))
 }

@@ -191,6 +191,9 @@ pub(super) struct DiskCacheView {
     pub used_bytes: u64,
     /// This model's entries, most recently used first.
     pub entries: Vec<CacheEntryView>,
+    /// Why the disk cache is off for the rest of the process (its writer thread stopped);
+    /// `null` while it works.
+    pub off: Option<String>,
 }
 
 /// One stored entry of `GET /cache`.

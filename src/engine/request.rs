@@ -244,6 +244,9 @@ pub struct DiskStatus {
     pub used_bytes: u64,
     /// This model's entries (written or being written), most recently used first.
     pub entries: Vec<CacheEntryStatus>,
+    /// Why the disk cache is off for the rest of the process (its writer thread stopped);
+    /// `None` while it works.
+    pub off: Option<String>,
 }
 
 /// One stored entry.

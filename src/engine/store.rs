@@ -142,6 +142,12 @@ impl<S: StateBytes> StateStore<S> {
         Restored::Kept(entry)
     }
 
+    /// Drops the entry at `index`, a state that could not be restored: it is never offered
+    /// again (nor remembered as evicted).
+    pub(crate) fn discard(&mut self, index: usize) {
+        self.remove(index);
+    }
+
     fn remove(&mut self, index: usize) -> Entry<S> {
         let entry = self.entries.swap_remove(index);
         self.used -= entry.state.byte_len();
@@ -196,16 +202,6 @@ pub(crate) enum Restored<'s, S> {
     Taken(Entry<S>),
     /// A checkpoint, still in the store.
     Kept(&'s Entry<S>),
-}
-
-impl<S> Restored<'_, S> {
-    /// The entry.
-    pub(crate) fn entry(&self) -> &Entry<S> {
-        match self {
-            Self::Taken(entry) => entry,
-            Self::Kept(entry) => entry,
-        }
-    }
 }
 
 #[cfg(test)]

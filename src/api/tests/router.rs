@@ -170,6 +170,7 @@ async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
             budget_bytes: 4 << 30,
             used_bytes: 7 << 20,
             entries: vec![CacheEntryStatus { kind: CacheEntryKind::Snapshot, tokens: 1300, bytes: 7 << 20, last_used }],
+            off: None,
         }),
     };
     let (status, view) = call(&Arc::new(engine), Method::GET, "/cache", Body::empty()).await;
@@ -179,7 +180,8 @@ async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
         json!({"live_tokens": 1200, "budget_bytes": 1u64 << 30, "used_bytes": 5u64 << 20, "checkpoint_every": 4096,
             "entries": [{"kind": "checkpoint", "tokens": 900, "bytes": 5u64 << 20, "last_used": 1_700_000_000.0}],
             "disk": {"dir": "/cache/model-1", "budget_bytes": 4u64 << 30, "used_bytes": 7u64 << 20,
-                "entries": [{"kind": "snapshot", "tokens": 1300, "bytes": 7u64 << 20, "last_used": 1_700_000_000.0}]}})
+                "entries": [{"kind": "snapshot", "tokens": 1300, "bytes": 7u64 << 20, "last_used": 1_700_000_000.0}],
+                "off": null}})
     );
     let loading = Arc::new(FakeEngine::without_model(EngineError::Loading));
     let (status, _) = call(&loading, Method::GET, "/cache", Body::empty()).await;

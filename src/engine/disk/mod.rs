@@ -3,7 +3,9 @@
 //! directory; the byte budget covers the whole cache directory, least recently used files
 //! first. Files are written by a thread of their own (see [`writer`]) and read on demand; a
 //! file that is damaged or was written for another model, build, parameters or template is
-//! refused with a warning naming it and the reason, and removed.
+//! refused with a warning naming it and the reason, and removed. A directory another user
+//! could write to is refused (see [`private_dir`]); a writer thread that stopped turns the disk
+//! cache off for the rest of the process.
 
 mod file;
 mod identity;
@@ -11,7 +13,7 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use llama_cpp_2::token::LlamaToken;
@@ -33,6 +35,9 @@ struct DiskEntry {
     used_at: SystemTime,
     /// Written yet? (see [`writer`]).
     status: Arc<AtomicU8>,
+    /// Files a pending entry makes redundant, removed once it is written (see
+    /// [`WriteJob::replaces`]); passed on to a newer entry that supersedes it first.
+    replaces: Vec<PathBuf>,
 }
 
 impl DiskEntry {
@@ -64,6 +69,9 @@ pub(crate) struct DiskCache {
     whole_only: bool,
     entries: Vec<DiskEntry>,
     writer: Writer,
+    /// Set once the writer thread is found stopped: the disk cache is then off for the rest
+    /// of the process, with this reason.
+    off: OnceLock<String>,
 }
 
 impl DiskCache {
@@ -71,7 +79,8 @@ impl DiskCache {
     /// in it and refuses (removes) the unusable ones.
     ///
     /// # Errors
-    /// The directory cannot be created or listed, or the writer thread cannot start.
+    /// The directory cannot be created or listed, another user could write to it (see
+    /// [`private_dir`]), or the writer thread cannot start.
     pub(crate) fn open(
         root: &Path,
         budget: u64,
@@ -80,8 +89,8 @@ impl DiskCache {
         whole_only: bool,
     ) -> std::io::Result<Self> {
         let dir = root.join(model_directory(model_path));
-        create_private_dir(root)?;
-        create_private_dir(&dir)?;
+        private_dir(root)?;
+        private_dir(&dir)?;
         let mut cache = Self {
             root: root.to_path_buf(),
             dir,
@@ -90,6 +99,7 @@ impl DiskCache {
             whole_only,
             entries: Vec::new(),
             writer: Writer::start()?,
+            off: OnceLock::new(),
         };
         cache.index()?;
         Ok(cache)
@@ -111,15 +121,16 @@ impl DiskCache {
                 continue;
             }
             match read_header(&path, &self.fingerprint) {
-                Ok(header) => {
+                Ok((header, payload_bytes)) => {
                     let used_at = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
                     let entry = DiskEntry {
                         path,
                         tokens: header.tokens.iter().map(|&t| LlamaToken(t)).collect(),
                         kind: kind_from_name(&header.kind),
-                        bytes: header.payload_bytes(),
+                        bytes: payload_bytes,
                         used_at,
                         status: Arc::new(AtomicU8::new(WRITTEN)),
+                        replaces: Vec::new(),
                     };
                     self.entries.push(entry);
                 }
@@ -140,9 +151,28 @@ impl DiskCache {
         )
     }
 
+    /// Whether the disk cache is off: its writer thread stopped (logged once, at error, when
+    /// first found).
+    pub(crate) fn is_off(&self) -> bool {
+        if self.off.get().is_some() {
+            return true;
+        }
+        let Some(panic) = self.writer.stopped() else { return false };
+        if self.off.set(format!("its writer thread stopped: {panic}")).is_ok() {
+            tracing::error!(
+                "disk cache off for the rest of this process: its writer thread stopped ({panic}); nothing more \
+                 is read or written, and nothing waits for it"
+            );
+        }
+        true
+    }
+
     /// The written entry that lets `prompt` skip the most tokens (the most recently used among
     /// equals).
     pub(crate) fn best(&self, prompt: &[LlamaToken]) -> Option<Candidate> {
+        if self.is_off() {
+            return None;
+        }
         self.entries
             .iter()
             .enumerate()
@@ -157,6 +187,9 @@ impl DiskCache {
 
     /// The most recently used written entry: the conversation to restore at start-up.
     pub(crate) fn most_recent(&self) -> Option<usize> {
+        if self.is_off() {
+            return None;
+        }
         self.entries
             .iter()
             .enumerate()
@@ -167,12 +200,23 @@ impl DiskCache {
 
     /// Whether an entry holding exactly `tokens` is on disk or being written.
     pub(crate) fn holds(&self, tokens: &[LlamaToken]) -> bool {
-        self.entries.iter().any(|entry| (entry.written() || entry.pending()) && entry.tokens == tokens)
+        !self.is_off()
+            && self.entries.iter().any(|entry| (entry.written() || entry.pending()) && entry.tokens == tokens)
+    }
+
+    /// Refuses the entry at `index`, whose state llama.cpp would not take or that did not hold
+    /// its header's tokens: a warning naming the file and `reason`, the file removed.
+    pub(crate) fn refuse(&mut self, index: usize, reason: String) {
+        let entry = self.entries.swap_remove(index);
+        refuse(&entry.path, &Refusal::Rejected(reason));
     }
 
     /// Reads the entry at `index`: its tokens, state and kind. A file that cannot be used any
     /// more is refused (a warning, the file removed) and `None` returned.
     pub(crate) fn load(&mut self, index: usize) -> Option<(Vec<LlamaToken>, SavedState, CacheEntryKind)> {
+        if self.is_off() {
+            return None;
+        }
         let started = Instant::now();
         let entry = &self.entries[index];
         let read = read_entry(&entry.path, &self.fingerprint).and_then(|(header, target, drafter)| {
@@ -213,6 +257,9 @@ impl DiskCache {
     /// redundant and, least recently used first, the files that keep it from fitting the
     /// budget. Nothing is written when the state alone exceeds the budget.
     pub(crate) fn save(&mut self, tokens: &[LlamaToken], state: &SavedState, kind: CacheEntryKind) {
+        if self.is_off() {
+            return;
+        }
         let bytes = state.byte_len() as u64;
         if bytes > self.budget {
             tracing::debug!(mib = bytes >> 20, "disk cache: a state larger than the budget is not written");
@@ -220,11 +267,12 @@ impl DiskCache {
         }
         self.entries.retain(|entry| entry.written() || entry.pending());
         let whole_only = self.whole_only;
-        for entry in &self.entries {
+        let mut replaces = Vec::new();
+        for entry in &mut self.entries {
             let redundant = entry.tokens == tokens
                 || (tokens.starts_with(&entry.tokens) && (entry.kind == CacheEntryKind::Snapshot || !whole_only));
             if redundant {
-                remove_entry(entry);
+                replaces.extend(supersede(entry));
             }
         }
         self.entries.retain(|entry| entry.written() || entry.pending());
@@ -238,7 +286,6 @@ impl DiskCache {
             target_bytes: 0,
             drafter_bytes: 0,
             drafter_tokens: state.drafter().map(|(_, tokens)| tokens.iter().map(|t| t.0).collect()).unwrap_or_default(),
-            checksum: String::new(),
         };
         self.entries.push(DiskEntry {
             path: path.clone(),
@@ -247,8 +294,9 @@ impl DiskCache {
             bytes,
             used_at: SystemTime::now(),
             status: Arc::clone(&status),
+            replaces: replaces.clone(),
         });
-        self.writer.push(WriteJob { path, header, state: state.clone(), status });
+        self.writer.push(WriteJob { path, header, state: state.clone(), status, replaces });
     }
 
     /// Removes least recently used files (this model's written entries and other models'
@@ -310,13 +358,23 @@ impl DiskCache {
         self.used_bytes_with(&self.foreign_files())
     }
 
-    /// Waits for the queued files, at most `limit`; false if some were not written.
+    /// Waits for the queued files, at most `limit`; false if some were not written (at once
+    /// when the disk cache is off).
     pub(crate) fn flush(&self, limit: Duration) -> bool {
-        self.writer.flush(limit)
+        !self.is_off() && self.writer.flush(limit)
     }
 
     /// What `GET /cache` shows of the disk cache.
     pub(crate) fn status(&self) -> DiskStatus {
+        if self.is_off() {
+            return DiskStatus {
+                dir: self.dir.clone(),
+                budget_bytes: self.budget,
+                used_bytes: self.used_bytes(),
+                entries: Vec::new(),
+                off: self.off.get().cloned(),
+            };
+        }
         let mut entries: Vec<CacheEntryStatus> = self
             .entries
             .iter()
@@ -329,31 +387,76 @@ impl DiskCache {
             })
             .collect();
         entries.sort_by_key(|entry| std::cmp::Reverse(entry.last_used));
-        DiskStatus { dir: self.dir.clone(), budget_bytes: self.budget, used_bytes: self.used_bytes(), entries }
+        DiskStatus {
+            dir: self.dir.clone(),
+            budget_bytes: self.budget,
+            used_bytes: self.used_bytes(),
+            entries,
+            off: None,
+        }
     }
 }
 
-/// Creates `dir` (and its parents) if missing; a directory created here is readable by the
-/// user alone (its files hold conversations' tokens).
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    if dir.is_dir() {
-        return Ok(());
+/// Creates `dir` (and its parents) if missing, readable by the user alone (its files hold
+/// conversations' tokens), and refuses a directory another user could have planted states
+/// in: one owned by another user, or writable by its group or others.
+///
+/// # Errors
+/// It cannot be created or read, or it is not private (the message names it and the fix).
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    if !dir.is_dir() {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(dir)?;
     }
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
     #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
+    {
+        use std::os::unix::fs::MetadataExt;
+        let metadata = std::fs::metadata(dir)?;
+        let user = rustix::process::geteuid().as_raw();
+        if let Some(problem) = ownership_problem(metadata.uid(), metadata.mode(), user) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("{} {problem}", dir.display()),
+            ));
+        }
+    }
+    Ok(())
 }
 
-/// Marks an entry redundant: a written file is removed, a queued one is never written.
-fn remove_entry(entry: &DiskEntry) {
-    if entry.status.compare_exchange(PENDING, SUPERSEDED, Ordering::AcqRel, Ordering::Acquire).is_err()
-        && entry.written()
-    {
-        let _ = std::fs::remove_file(&entry.path);
-        entry.status.store(SUPERSEDED, Ordering::Release);
+/// What makes a directory owned by `owner` with `mode` unsafe for `user`'s cache files, with
+/// the fix; `None` when it is the user's and only the user's to write.
+fn ownership_problem(owner: u32, mode: u32, user: u32) -> Option<String> {
+    if owner != user {
+        return Some(format!(
+            "belongs to user {owner}, not to this process's user {user}: another user could plant states \
+             there; use a directory of your own (--cache-dir)"
+        ));
     }
+    if mode & 0o022 != 0 {
+        return Some(format!(
+            "is writable by other users (mode {:o}): they could plant states there; run `chmod go-w` on it \
+             (or `chmod 700`)",
+            mode & 0o7777
+        ));
+    }
+    None
+}
+
+/// Makes an entry redundant: a pending one is never written, a written one is removed once
+/// the entry that replaces it is in place. Returns the files that entry is to remove: this
+/// one's, or what this one was to remove before it was superseded.
+fn supersede(entry: &mut DiskEntry) -> Vec<PathBuf> {
+    if entry.status.compare_exchange(PENDING, SUPERSEDED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        return std::mem::take(&mut entry.replaces);
+    }
+    if entry.written() {
+        entry.status.store(SUPERSEDED, Ordering::Release);
+        return vec![entry.path.clone()];
+    }
+    Vec::new()
 }
 
 /// Warns about an unusable file and removes it.
@@ -398,5 +501,39 @@ fn kind_from_name(name: &str) -> CacheEntryKind {
         CacheEntryKind::Checkpoint
     } else {
         CacheEntryKind::Snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ownership_problem, private_dir};
+
+    #[test]
+    fn only_a_directory_of_the_user_s_own_that_others_cannot_write_is_used() {
+        assert_eq!(ownership_problem(1000, 0o40700, 1000), None);
+        assert_eq!(ownership_problem(1000, 0o40755, 1000), None, "others may read, not write");
+        let other_owner = ownership_problem(0, 0o40700, 1000).expect("refused");
+        assert!(other_owner.contains("belongs to user 0") && other_owner.contains("--cache-dir"), "{other_owner}");
+        let group = ownership_problem(1000, 0o40770, 1000).expect("refused");
+        assert!(group.contains("mode 770") && group.contains("chmod"), "{group}");
+        assert!(ownership_problem(1000, 0o41777, 1000).is_some(), "sticky or not, others can plant files");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_others_can_write_to_is_refused_by_name() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("firstword-private-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        private_dir(&dir.join("created")).expect("created for the user alone");
+        let mode = std::fs::metadata(dir.join("created")).expect("metadata").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let refused = private_dir(&dir).expect_err("writable by others");
+        assert!(refused.to_string().starts_with(&dir.display().to_string()), "{refused}");
+        assert_eq!(refused.kind(), std::io::ErrorKind::PermissionDenied);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        private_dir(&dir).expect("the fix");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

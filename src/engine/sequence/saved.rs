@@ -26,6 +26,19 @@ enum Found {
     Disk(Candidate),
 }
 
+/// What became of an attempt to restore a stored entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Restore {
+    /// It is the live sequence now.
+    Done,
+    /// Nothing changed: its file was refused on reading, or there is no such store.
+    Unread,
+    /// llama.cpp refused its state, or the sequence it restored does not hold the entry's
+    /// tokens: the entry is gone from its store, and the cache is empty (llama.cpp drops the
+    /// sequence before it reads a state, so a refusal can leave it half replaced).
+    Rejected,
+}
+
 impl<'m> LiveSequence<'m> {
     /// Keeps other prompts' states in up to `budget` bytes of RAM (nothing when 0), saving a
     /// sequence of at least `min_save` tokens before another prompt displaces it (and writing
@@ -62,22 +75,63 @@ impl<'m> LiveSequence<'m> {
     }
 
     /// Keeps states on disk too, and makes the most recently used one the live sequence now,
-    /// so the first request after a restart is warm.
+    /// so the first request after a restart is warm. A file that cannot be used is refused
+    /// (named in a warning, removed) and the next most recent one tried.
     pub(crate) fn keep_on_disk(&mut self, disk: DiskCache) {
         tracing::info!("{}", disk.describe());
         self.disk = Some(disk);
-        let Some(disk) = self.disk.as_mut() else { return };
-        let Some(index) = disk.most_recent() else { return };
-        let started = Instant::now();
-        let Some((tokens, state, _)) = disk.load(index) else { return };
-        if self.decoder.restore(&state) {
-            tracing::info!(
-                tokens = tokens.len(),
-                ms = started.elapsed().as_millis() as u64,
-                "restored the last conversation from the disk cache"
-            );
-            self.cached = tokens;
-            self.origin = CacheSource::Disk;
+        loop {
+            let Some(disk) = self.disk.as_mut() else { return };
+            let Some(index) = disk.most_recent() else { return };
+            let started = Instant::now();
+            let Some((tokens, state, _)) = disk.load(index) else { continue };
+            let count = tokens.len();
+            match self.adopt(tokens, &state) {
+                Ok(()) => {
+                    tracing::info!(
+                        tokens = count,
+                        ms = started.elapsed().as_millis() as u64,
+                        "restored the last conversation from the disk cache"
+                    );
+                    self.origin = CacheSource::Disk;
+                    return;
+                }
+                Err(reason) => self.refuse_on_disk(index, reason),
+            }
+        }
+    }
+
+    /// Makes `state`, saved when the cache held `tokens`, the live sequence. Refused, with the
+    /// reason, and the cache left empty, when llama.cpp does not take the state or the
+    /// sequence it restored does not end where `tokens` do (it was not computed for them):
+    /// every restore, from RAM, a checkpoint or disk, comes through here.
+    fn adopt(&mut self, tokens: Vec<LlamaToken>, state: &SavedState) -> Result<(), String> {
+        self.rewindable = 0;
+        self.checkpoint_pending = false;
+        let adopted = if self.decoder.restore(state) {
+            let last = self.decoder.target().kv_cache_seq_pos_max(0);
+            if i64::from(last) + 1 == tokens.len() as i64 {
+                Ok(())
+            } else {
+                Err(format!("the restored sequence ends at position {last}, its tokens are {}", tokens.len()))
+            }
+        } else {
+            Err("llama.cpp refused the state".to_string())
+        };
+        match &adopted {
+            Ok(()) => self.cached = tokens,
+            Err(reason) => {
+                tracing::warn!("a stored KV state was not restored: {reason}");
+                self.clear();
+            }
+        }
+        adopted
+    }
+
+    /// Refuses the disk cache's entry at `index` (named in a warning, its file removed).
+    fn refuse_on_disk(&mut self, index: usize, reason: String) {
+        if let Some(disk) = self.disk.as_mut() {
+            disk.refuse(index, reason);
         }
     }
 
@@ -137,15 +191,19 @@ impl<'m> LiveSequence<'m> {
                 state.map(|state| (self.cached.clone(), state))
             })
             .flatten();
-        match found {
-            // A refused file falls back to the RAM store's best entry.
-            Some(Found::Disk(candidate)) if !self.restore_from_disk(tokens, candidate.index, reuse) => {
-                if let Some(Found::Ram(candidate)) = self.find(tokens, reuse.keep) {
-                    self.restore(tokens, candidate.index, reuse);
-                }
-            }
-            Some(Found::Disk(_)) | None => {}
+        let mut outcome = match found {
+            Some(Found::Disk(candidate)) => self.restore_from_disk(tokens, candidate.index, reuse),
             Some(Found::Ram(candidate)) => self.restore(tokens, candidate.index, reuse),
+            None => Restore::Unread,
+        };
+        // A file refused on reading falls back to the RAM store's best entry.
+        if matches!(found, Some(Found::Disk(_))) && outcome == Restore::Unread {
+            if let Some(Found::Ram(candidate)) = self.find(tokens, reuse.keep) {
+                outcome = self.restore(tokens, candidate.index, reuse);
+            }
+        }
+        if outcome == Restore::Rejected {
+            self.recover_live(tokens, reuse, displaced.as_ref());
         }
         if let Some((held, state)) = displaced {
             // Not written yet when the next request came before the reply's upkeep was done.
@@ -168,49 +226,61 @@ impl<'m> LiveSequence<'m> {
         }
     }
 
-    /// Makes the RAM store's entry at `index` the live sequence.
-    fn restore(&mut self, tokens: &[LlamaToken], index: usize, reuse: &mut Reuse) {
-        let Some(store) = self.store.as_mut() else { return };
+    /// Makes the RAM store's entry at `index` the live sequence. An entry that cannot be
+    /// restored leaves the store at once (a snapshot already left it), so it is never tried
+    /// again.
+    fn restore(&mut self, tokens: &[LlamaToken], index: usize, reuse: &mut Reuse) -> Restore {
+        let Some(store) = self.store.as_mut() else { return Restore::Unread };
         let started = Instant::now();
-        self.rewindable = 0;
-        let restored = store.restore(index);
-        let entry = restored.entry();
-        let (kind, bytes) = (entry.kind, entry.state.byte_len());
-        if !self.decoder.restore(&entry.state) {
-            self.cached.clear();
-            *reuse = Reuse { keep: 0, source: CacheSource::None, ..*reuse };
-            return;
-        }
-        let shared = kind == CacheEntryKind::Checkpoint && entry.tokens.as_slice() != tokens;
-        if shared && self.disk.is_some() {
-            self.unpersisted.push((entry.tokens.clone(), entry.state.clone(), kind));
-        }
-        self.cached = match restored {
-            Restored::Taken(entry) => entry.tokens,
-            Restored::Kept(entry) => entry.tokens.clone(),
+        let (held, state, kind) = match store.restore(index) {
+            Restored::Taken(entry) => (entry.tokens, entry.state, entry.kind),
+            Restored::Kept(entry) => (entry.tokens.clone(), entry.state.clone(), entry.kind),
         };
+        if self.adopt(held, &state).is_err() {
+            if let (CacheEntryKind::Checkpoint, Some(store)) = (kind, self.store.as_mut()) {
+                store.discard(index);
+            }
+            return Restore::Rejected;
+        }
+        if kind == CacheEntryKind::Checkpoint && self.cached != tokens && self.disk.is_some() {
+            self.unpersisted.push((self.cached.clone(), state.clone(), kind));
+        }
         let source = match kind {
             CacheEntryKind::Snapshot => CacheSource::Ram,
             CacheEntryKind::Checkpoint => CacheSource::Checkpoint,
         };
-        self.restored(tokens, source, bytes, started.elapsed(), reuse);
+        self.restored(tokens, source, state.byte_len(), started.elapsed(), reuse);
+        Restore::Done
     }
 
-    /// Makes the disk cache's entry at `index` the live sequence; false, and nothing changed,
-    /// when its file was refused.
-    fn restore_from_disk(&mut self, tokens: &[LlamaToken], index: usize, reuse: &mut Reuse) -> bool {
-        let Some(disk) = self.disk.as_mut() else { return false };
+    /// Makes the disk cache's entry at `index` the live sequence. A file that cannot be
+    /// restored is refused (named in a warning, removed), so it is never tried again.
+    fn restore_from_disk(&mut self, tokens: &[LlamaToken], index: usize, reuse: &mut Reuse) -> Restore {
+        let Some(disk) = self.disk.as_mut() else { return Restore::Unread };
         let started = Instant::now();
-        let Some((held, state, _)) = disk.load(index) else { return false };
-        self.rewindable = 0;
-        if !self.decoder.restore(&state) {
-            self.cached.clear();
-            *reuse = Reuse { keep: 0, source: CacheSource::None, ..*reuse };
-            return true;
+        let Some((held, state, _)) = disk.load(index) else { return Restore::Unread };
+        if let Err(reason) = self.adopt(held, &state) {
+            self.refuse_on_disk(index, reason);
+            return Restore::Rejected;
         }
-        self.cached = held;
         self.restored(tokens, CacheSource::Disk, state.byte_len(), started.elapsed(), reuse);
-        true
+        Restore::Done
+    }
+
+    /// After a rejected restore emptied the cache: puts the live sequence back from the copy
+    /// just taken of it, if one was (it was worth saving), and says what `tokens` reuse of it;
+    /// without one, `tokens` are prefilled in full.
+    fn recover_live(&mut self, tokens: &[LlamaToken], reuse: &mut Reuse, copy: Option<&(Vec<LlamaToken>, SavedState)>) {
+        *reuse = Reuse { keep: 0, source: CacheSource::None, restore: None, ..*reuse };
+        let Some((held, state)) = copy else { return };
+        if self.adopt(held.clone(), state).is_err() {
+            return;
+        }
+        let (keep, obstacle) = self.reusable(tokens);
+        reuse.keep = keep;
+        reuse.source = if keep > 0 { CacheSource::Live } else { CacheSource::None };
+        reuse.diverged_at = divergence(&self.cached, tokens);
+        reuse.obstacle = obstacle;
     }
 
     /// Records in `reuse` what a restore that took `elapsed` did for `tokens`.
@@ -298,7 +368,7 @@ impl<'m> LiveSequence<'m> {
     /// At shutdown: queues the live sequence for the disk cache and waits up to `limit` for
     /// the files to be written (an unfinished one is never used: it has no final name).
     pub(crate) fn persist_before_exit(&mut self, limit: Duration) {
-        if self.disk.is_none() {
+        if self.disk.as_ref().is_none_or(DiskCache::is_off) {
             return;
         }
         self.persist();
@@ -309,9 +379,10 @@ impl<'m> LiveSequence<'m> {
     }
 
     /// Waits up to `limit` for the disk cache's queued files; false, with a warning, if some
-    /// were not written by then (true without a disk cache).
+    /// were not written by then (true without a disk cache, or with one that is off: nothing
+    /// is waited for then).
     pub(crate) fn wait_for_disk(&self, limit: Duration) -> bool {
-        let Some(disk) = self.disk.as_ref() else { return true };
+        let Some(disk) = self.disk.as_ref().filter(|disk| !disk.is_off()) else { return true };
         let written = disk.flush(limit);
         if !written {
             tracing::warn!("disk cache: not every file was written within {limit:?}; unfinished ones are discarded");

@@ -262,6 +262,8 @@ impl<'m> Session<'m> {
             },
             Command::Idle(reply) => {
                 self.sequence.wait_for_disk(SHUTDOWN_WRITE_LIMIT);
+                // What GET /cache shows once the files are written (or the disk cache is off).
+                self.publish_cache_status();
                 let _ = reply.send(());
             }
         }

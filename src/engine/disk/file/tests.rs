@@ -13,7 +13,6 @@ fn header() -> Header {
         target_bytes: 0,
         drafter_bytes: 0,
         drafter_tokens: Vec::new(),
-        checksum: String::new(),
     }
 }
 
@@ -45,7 +44,7 @@ fn a_written_entry_reads_back_whole() {
     assert_eq!(drafter, b"draft");
     assert_eq!(read.tokens, vec![1, 2, 3]);
     assert_eq!(read.target_bytes, 100_000);
-    assert_eq!(read_header(&path, &fingerprint()).expect("header"), read);
+    assert_eq!(read_header(&path, &fingerprint()).expect("header"), (read, 100_005));
     // Nothing is left under a temporary name.
     assert_eq!(std::fs::read_dir(&dir.0).expect("list").count(), 1);
 }
@@ -82,7 +81,7 @@ fn damaged_files_are_refused_with_the_reason() {
     std::fs::write(&path, &versioned).expect("version");
     assert_eq!(
         read_header(&path, &fingerprint()).expect_err("version").to_string(),
-        "format version 9, this build reads 1"
+        "format version 9, this build reads 2"
     );
 
     std::fs::write(&path, &bytes).expect("restore");
@@ -103,4 +102,92 @@ fn an_interrupted_write_leaves_no_file_under_the_final_name() {
     assert!(!path.exists());
     assert_eq!(temporary_writer(&temporary_path(&path)), Some(std::process::id()));
     assert_eq!(temporary_writer(&path), None);
+}
+
+/// The bytes of a file in this build's layout holding `header` (any JSON) and `payload`, with
+/// a valid checksum: what a damaged header that still parses looks like.
+fn raw_file(header: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut covered = FORMAT_VERSION.to_le_bytes().to_vec();
+    covered.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    let mut hasher = Xxh3::new();
+    hasher.update(&covered);
+    hasher.update(header);
+    hasher.update(payload);
+    [&MAGIC[..], &covered, &hasher.digest().to_le_bytes(), header, payload].concat()
+}
+
+#[test]
+fn sizes_that_add_up_to_the_length_only_by_wrapping_are_refused_without_allocating() {
+    let dir = TempDir::new("wrapping");
+    let path = dir.0.join("a.fwkv");
+    let payload = [7u8; 16];
+    // 2^62 + (2^64 - 2^62 + 16) wraps to 16, the payload's real length: unchecked, the sizes
+    // passed the length check and the read allocated 2^62 bytes (an abort at every start-up).
+    let mut header = serde_json::to_value(header()).expect("header");
+    header["target_bytes"] = (1u64 << 62).into();
+    header["drafter_bytes"] = (0u64.wrapping_sub(1 << 62) + 16).into();
+    let text = serde_json::to_vec(&header).expect("JSON");
+    std::fs::write(&path, raw_file(&text, &payload)).expect("write");
+    let refusal = read_header(&path, &fingerprint()).expect_err("oversized");
+    assert_eq!(
+        refusal.to_string(),
+        "damaged header: state sizes of 4611686018427387904 and 13835058055282163728 bytes"
+    );
+    assert!(matches!(read_entry(&path, &fingerprint()), Err(Refusal::Oversized { .. })));
+
+    // A size past the file's length, or sizes each within it but together past it: refused
+    // by the length, before anything is read.
+    for (target, drafter) in [(1u64 << 62, 0u64), (16, 16)] {
+        header["target_bytes"] = target.into();
+        header["drafter_bytes"] = drafter.into();
+        let text = serde_json::to_vec(&header).expect("JSON");
+        std::fs::write(&path, raw_file(&text, &payload)).expect("write");
+        assert!(matches!(read_header(&path, &fingerprint()), Err(Refusal::Truncated { .. })));
+        assert!(matches!(read_entry(&path, &fingerprint()), Err(Refusal::Truncated { .. })));
+    }
+}
+
+#[test]
+fn a_changed_header_digit_is_refused_as_corrupt() {
+    let dir = TempDir::new("header-digit");
+    let path = dir.0.join("a.fwkv");
+    let mut tokens = header();
+    tokens.tokens = vec![4719, 12, 13];
+    write_entry(&path, tokens, &[5u8; 1000], &[]).expect("write");
+    let bytes = std::fs::read(&path).expect("read");
+    // The same length, still valid JSON, another token list (4719 becomes 3719).
+    let at = bytes.windows(4).position(|w| w == b"4719").expect("the token id in the header");
+    let mut changed = bytes.clone();
+    changed[at] = b'3';
+    std::fs::write(&path, &changed).expect("change");
+    let (read, _) = read_header(&path, &fingerprint()).expect("the header parses");
+    assert_eq!(read.tokens, vec![3719, 12, 13]);
+    let refusal = read_entry(&path, &fingerprint()).expect_err("the checksum covers the header");
+    assert!(matches!(refusal, Refusal::Corrupt), "{refusal}");
+    // And the header's length field.
+    let mut lengthened = bytes.clone();
+    lengthened[8] ^= 1;
+    std::fs::write(&path, &lengthened).expect("change");
+    assert!(read_entry(&path, &fingerprint()).is_err());
+}
+
+#[test]
+fn files_of_the_first_layout_are_refused_by_version() {
+    let dir = TempDir::new("version-1");
+    let path = dir.0.join("a.fwkv");
+    let mut bytes = raw_file(b"{}", &[]);
+    bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&path, &bytes).expect("write");
+    assert_eq!(read_header(&path, &fingerprint()).expect_err("v1").to_string(), "format version 1, this build reads 2");
+}
+
+#[test]
+fn a_token_list_longer_than_the_context_is_refused() {
+    let dir = TempDir::new("long");
+    let path = dir.0.join("a.fwkv");
+    let mut long = header();
+    long.tokens = vec![1; 4097];
+    write_entry(&path, long, &[1, 2, 3], &[]).expect("write");
+    let refusal = read_header(&path, &fingerprint()).expect_err("longer than n_ctx 4096");
+    assert_eq!(refusal.to_string(), "damaged header: 4097 tokens in a context of 4096");
 }
