@@ -100,7 +100,10 @@ pub(crate) fn watch_flash_attention<T>(create: impl FnOnce() -> T) -> (T, Vec<bo
         llama_cpp_sys_2::llama_log_set(callback, user_data);
         llama_cpp_sys_2::ggml_log_set(ggml_callback, ggml_user_data);
     }
-    let choices = FLASH_ATTENTION_WATCH.lock().ok().and_then(|mut watch| watch.take()).map(|w| w.choices);
+    // The previous callback stays recorded: a message another thread began meanwhile still
+    // reaches it.
+    let choices =
+        FLASH_ATTENTION_WATCH.lock().ok().and_then(|mut watch| watch.as_mut().map(|w| std::mem::take(&mut w.choices)));
     (created, choices.unwrap_or_default())
 }
 
