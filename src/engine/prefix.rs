@@ -31,7 +31,8 @@ pub(crate) fn window_covers(pos_min: i32, keep: usize, n_swa: Option<u32>) -> bo
         return true;
     }
     let needed_from = (keep + 1).saturating_sub(n_swa as usize);
-    usize::try_from(pos_min).map_or(true, |pos_min| pos_min <= needed_from)
+    // A window of one token attends to no cached position.
+    needed_from >= keep || usize::try_from(pos_min).map_or(true, |pos_min| pos_min <= needed_from)
 }
 
 #[cfg(test)]
@@ -94,6 +95,13 @@ mod tests {
     fn window_that_dropped_needed_positions_does_not_cover() {
         assert!(!window_covers(490, 1000, Some(512)));
         assert!(!window_covers(3400, 1000, Some(512)));
+    }
+
+    #[test]
+    fn a_window_of_one_token_needs_no_cached_position() {
+        assert!(window_covers(657, 1, Some(1)));
+        assert!(window_covers(3400, 1000, Some(1)));
+        assert!(!window_covers(3400, 1000, Some(2)));
     }
 
     #[test]
