@@ -19,7 +19,7 @@ pub mod tools;
 pub use grammar::Grammar;
 pub use history::Turns;
 pub use landmarks::{Landmarks, PromptPart};
-pub use message::{ChatMessage, Role, ToolCall};
+pub use message::{CallArguments, ChatMessage, Role, ToolCall};
 pub use reasoning::{ReasoningFormat, ReasoningSplitter, Split};
 pub use render::{ChatFormat, RenderedChat};
 #[cfg(feature = "fuzzing")]
