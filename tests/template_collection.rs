@@ -22,8 +22,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::python::run_with_timeout;
-use firstword::chat::{CallArguments, ChatFormat, ChatTemplate, ModelTemplateFacts, TemplateKwargs, ToolCall};
-use firstword::{ChatMessage, Role};
+use firstword::chat::{
+    CallArguments, ChatFormat, ChatTemplate, ModelTemplateFacts, TemplateError, TemplateKwargs, ToolCall,
+};
+use firstword::{ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, Role, SamplingParams};
 use serde_json::{json, Value};
 
 /// The collection's size at the pinned llama.cpp release (models/templates.py).
@@ -149,6 +151,22 @@ fn pending_call(arguments_as_text: bool) -> Value {
     ])
 }
 
+/// One call answered by a result without `name` (as OpenAI clients send it), its id 9
+/// alphanumerics (Mistral's templates refuse others), for templates that take a single call.
+fn single_call(arguments_as_text: bool) -> Value {
+    let arguments =
+        if arguments_as_text { json!(CALL_WEATHER) } else { serde_json::from_str(CALL_WEATHER).expect("JSON") };
+    json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "a1B2c3D4e", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+        ]},
+        {"role": "tool", "content": "21 °C, clear", "tool_call_id": "a1B2c3D4e"},
+        {"role": "assistant", "content": "It is 21 °C and clear."},
+        {"role": "user", "content": "Thanks!"}
+    ])
+}
+
 fn cases() -> Vec<Case> {
     let plain = json!([
         {"role": "system", "content": "You are a concise assistant."},
@@ -183,6 +201,7 @@ fn cases() -> Vec<Case> {
         case("user only", &json!([{"role": "user", "content": "Hi"}]), None, true, json!({})),
         case("tools offered", &ask, Some(tools()), true, json!({})),
         with_calls("call round trip", round_trip),
+        with_calls("single call round trip", single_call),
         with_calls("calls with reasoning, results pending", pending_call),
         case("reasoning in the history", &reasoned, None, true, json!({})),
         case("thinking off", &ask, None, true, json!({"enable_thinking": false})),
@@ -210,7 +229,11 @@ fn chat_message(message: &Value) -> ChatMessage {
         role,
         content: text("content").unwrap_or_default(),
         name: text("name"),
-        tool_calls: message.get("tool_calls").and_then(Value::as_array).map(|c| c.iter().map(call).collect()).unwrap_or_default(),
+        tool_calls: message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(|c| c.iter().map(call).collect())
+            .unwrap_or_default(),
         tool_call_id: text("tool_call_id"),
         reasoning: text("reasoning_content"),
     }
@@ -271,11 +294,43 @@ fn reference(jobs: &[(&Path, &Case, &Value)]) -> Vec<Result<String, String>> {
         .collect()
 }
 
+/// Where firstword knowingly renders otherwise than transformers: the template, a text of
+/// transformers' error or rendering that marks the case, and why.
+const KNOWN: &[(&str, &str, &str)] = &[
+    (
+        "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+        "'NoneType' object is not iterable",
+        "iterates `tools` unchecked: Python cannot iterate None, minijinja iterates none as empty, so firstword \
+         writes the tool prompt without tools and a plain chat works",
+    ),
+    ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "'NoneType' object is not iterable", "as Hermes 2 Pro's"),
+    ("CohereForAI-c4ai-command-r-plus-tool_use", "'NoneType' object is not iterable", "as Hermes 2 Pro's"),
+    (
+        "llama-cpp-deepseek-r1",
+        "Object of type generator is not JSON serializable",
+        "llama.cpp's own template applies tojson to a map() result: jinja2's map is a generator json.dumps refuses, \
+         minijinja's a list",
+    ),
+    (
+        "meetkai-functionary-medium-v3.1",
+        "&#34;",
+        "jinja2 HTML-escapes a str added to a `|safe` string, so transformers writes the tools' JSON as \
+         {&#34;name&#34;: …}; firstword writes the JSON itself, as llama.cpp does",
+    ),
+];
+
+/// The reason firstword knowingly differs on a case, if it does.
+fn known(template: &str, detail: &str) -> Option<&'static str> {
+    KNOWN.iter().find(|(name, mark, _)| *name == template && detail.contains(mark)).map(|(_, _, why)| *why)
+}
+
 /// One template's outcome on one case.
 #[derive(Debug)]
 enum Outcome {
     /// Both rendered the same text.
     Equal,
+    /// A difference listed in [`KNOWN`] (why).
+    Known(&'static str),
     /// Transformers fails (its error); firstword fails too.
     BothFail(String),
     /// A difference: the failure of this test.
@@ -361,14 +416,25 @@ fn every_template_of_the_collection_renders_as_transformers_renders_it() {
     let mut theirs = reference(&jobs).into_iter();
     let mut failures = Vec::new();
     let mut all_equal = 0;
+    let mut known_seen = std::collections::BTreeSet::new();
     for ((path, template), ours) in templates.iter().zip(&ours) {
         let mut lines = Vec::new();
         let mut equal = 0;
         for (case, ours) in cases.iter().zip(ours) {
             let as_object = theirs.next().expect("a result per job");
             let as_text = case.as_text.as_ref().map(|_| theirs.next().expect("a result per job"));
-            match judge(template, case, ours, &as_object, as_text.as_ref()) {
+            let mut outcome = judge(template, case, ours, &as_object, as_text.as_ref());
+            if let Outcome::Differs(detail) = &outcome {
+                if let Some(why) = known(&name(path), detail) {
+                    outcome = Outcome::Known(why);
+                }
+            }
+            match outcome {
                 Outcome::Equal => equal += 1,
+                Outcome::Known(why) => {
+                    lines.push(format!("  {}: known difference: {why}", case.label));
+                    known_seen.insert(name(path));
+                }
                 Outcome::BothFail(error) => {
                     lines.push(format!("  {}: transformers fails ({error}); so does firstword", case.label));
                 }
@@ -385,24 +451,68 @@ fn every_template_of_the_collection_renders_as_transformers_renders_it() {
         }
     }
     println!("{all_equal} of {} templates equal on every case", templates.len());
+    let stale: Vec<&str> = KNOWN.iter().map(|(name, _, _)| *name).filter(|name| !known_seen.contains(*name)).collect();
+    assert!(stale.is_empty(), "known differences that no longer occur: {stale:?}");
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
 }
 
-/// Every template loads as `firstword serve --chat-template-file` loads it and renders a plain
-/// chat, its own tool format and reasoning markers detected.
+/// Variables a template reads that transformers does not define, which a client then gives in
+/// `chat_template_kwargs`: firefunction v2 prints `functions` (its tools as JSON) and `datetime`.
+fn needed_kwargs(template: &str) -> TemplateKwargs {
+    let kwargs = match template {
+        "fireworks-ai-llama-3-firefunction-v2" => json!({"functions": "[]", "datetime": "Jan 01 2026"}),
+        _ => json!({}),
+    };
+    kwargs.as_object().cloned().unwrap_or_default()
+}
+
+/// Every template loads as `firstword serve --chat-template-file` loads it (the same
+/// `ChatFormat::for_model`) and renders a plain chat the way the engine renders it; a template
+/// that needs variables of its own fails without them with a clear error.
 #[test]
-fn every_template_loads_as_a_chat_template_file() {
+fn every_template_loads_as_a_chat_template_file_and_renders_a_plain_chat() {
     let facts = ModelTemplateFacts {
-        gguf_template: None,
         architecture: "llama".into(),
         bos_token: BOS.into(),
         eos_token: EOS.into(),
+        ..Default::default()
     };
     for path in collection() {
-        let format = ChatFormat::for_model(&facts, Some(&path)).unwrap_or_else(|e| panic!("{}: {e}", name(&path)));
+        let name = name(&path);
+        let format = ChatFormat::for_model(&facts, Some(&path)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let kwargs = needed_kwargs(&name);
         let rendered = format
-            .render(&[ChatMessage::user("Hi")], &[])
-            .unwrap_or_else(|e| panic!("{} rejects a plain chat: {e}", name(&path)));
-        assert!(rendered.text.contains("Hi"), "{}: {}", name(&path), rendered.text);
+            .render_with(&[ChatMessage::user("Hi")], &[], &kwargs)
+            .unwrap_or_else(|e| panic!("{name} rejects a plain chat: {e}"));
+        assert!(rendered.text.contains("Hi"), "{name}: {}", rendered.text);
+        if !kwargs.is_empty() {
+            let error = format.render(&[ChatMessage::user("Hi")], &[]).expect_err("needs its variables");
+            assert!(matches!(error, TemplateError::Render(_)), "{name}: {error}");
+        }
+    }
+}
+
+/// An engine over SmolLM2's weights answers a plain chat with templates that firstword could
+/// not render before: `{% generation %}` blocks (LFM2.5) and `tools is iterable and tools |
+/// length > 0` without tools (Qwen3-Coder).
+#[test]
+fn an_engine_serves_a_plain_chat_with_templates_of_the_collection() {
+    for name in ["LFM2.5-8B-A1B", "Qwen3-Coder"] {
+        let path = root().join("models/templates").join(format!("{name}.jinja"));
+        let config = EngineConfig { chat_template_file: Some(path), ..common::test_config(common::smollm2_path()) };
+        let engine = Engine::start(config).unwrap_or_else(|e| panic!("{name}: the engine does not start: {e}"));
+        let generated = common::generate(&engine, request_with(TemplateKwargs::new()));
+        assert!(generated.usage.prompt_tokens > 1 && generated.usage.completion_tokens > 0, "{name}");
+        engine.wait_idle_blocking();
+    }
+}
+
+/// A greedy plain chat of two tokens, rendered with `kwargs`.
+fn request_with(kwargs: TemplateKwargs) -> GenerationRequest {
+    GenerationRequest {
+        prompt: Prompt::Chat { messages: vec![ChatMessage::user("Hi")], tools: Vec::new(), template_kwargs: kwargs },
+        max_tokens: Some(2),
+        sampling: SamplingParams::greedy(),
+        ..GenerationRequest::chat(Vec::new())
     }
 }

@@ -196,13 +196,19 @@ mod tests {
     #[test]
     fn ensure_ascii_escapes_everything_outside_printable_ascii() {
         let options = Dumps { ensure_ascii: true, ..Dumps::default() };
-        assert_eq!(dumps_with(&json!({"k": "température 😀\u{7f}"}), &options), r#"{"k": "temp\u00e9rature \ud83d\ude00\u007f"}"#);
+        assert_eq!(
+            dumps_with(&json!({"k": "température 😀\u{7f}"}), &options),
+            r#"{"k": "temp\u00e9rature \ud83d\ude00\u007f"}"#
+        );
     }
 
     #[test]
     fn separators_and_sorted_keys() {
         let options = Dumps { separators: Some((",".into(), ":".into())), sort_keys: true, ..Dumps::default() };
-        assert_eq!(dumps_with(&json!({"b": [1, 2], "a": {"d": 1, "c": 2}}), &options), r#"{"a":{"c":2,"d":1},"b":[1,2]}"#);
+        assert_eq!(
+            dumps_with(&json!({"b": [1, 2], "a": {"d": 1, "c": 2}}), &options),
+            r#"{"a":{"c":2,"d":1},"b":[1,2]}"#
+        );
         let indented = Dumps { indent: Some(1), separators: Some((";".into(), "=".into())), ..Dumps::default() };
         assert_eq!(dumps_with(&json!({"a": 1, "b": 2}), &indented), "{\n \"a\"=1;\n \"b\"=2\n}");
     }
@@ -210,8 +216,15 @@ mod tests {
     #[test]
     fn floats_print_as_python_repr() {
         let cases = [
-            (1.0, "1.0"), (21.5, "21.5"), (0.1, "0.1"), (1e16, "1e+16"), (1.5e-5, "1.5e-05"),
-            (123456789012345.6, "123456789012345.6"), (0.0001, "0.0001"), (-2.5e20, "-2.5e+20"), (1e15, "1000000000000000.0"),
+            (1.0, "1.0"),
+            (21.5, "21.5"),
+            (0.1, "0.1"),
+            (1e16, "1e+16"),
+            (1.5e-5, "1.5e-05"),
+            (123456789012345.6, "123456789012345.6"),
+            (0.0001, "0.0001"),
+            (-2.5e20, "-2.5e+20"),
+            (1e15, "1000000000000000.0"),
         ];
         for (number, expected) in cases {
             assert_eq!(float_repr(number), expected, "{number}");

@@ -153,7 +153,11 @@ impl ChatTemplate {
     /// renders the text (a template that writes `'\n' + arguments`).
     fn probe_call_arguments(&self) -> CallArguments {
         let mut call = ChatMessage::assistant("");
-        call.tool_calls.push(ToolCall { id: "call_1".into(), name: "tool1".into(), arguments: r#"{"arg": "value"}"#.into() });
+        call.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "tool1".into(),
+            arguments: r#"{"arg": "value"}"#.into(),
+        });
         let mut result = ChatMessage::new(Role::Tool, "result");
         result.tool_call_id = Some("call_1".into());
         result.name = Some("tool1".into());

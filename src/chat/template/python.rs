@@ -30,7 +30,12 @@ pub(super) fn string_filter(value: &Value) -> Value {
 pub(super) fn is_iterable(value: &Value) -> bool {
     matches!(
         value.kind(),
-        ValueKind::Undefined | ValueKind::String | ValueKind::Bytes | ValueKind::Seq | ValueKind::Map | ValueKind::Iterable
+        ValueKind::Undefined
+            | ValueKind::String
+            | ValueKind::Bytes
+            | ValueKind::Seq
+            | ValueKind::Map
+            | ValueKind::Iterable
     )
 }
 
@@ -147,7 +152,10 @@ mod tests {
 
     #[test]
     fn scalars_print_as_python_str() {
-        assert_eq!(render("{{ none }}|{{ true }}|{{ false }}|{{ 1 }}|{{ 1.0 }}|{{ 'x' }}|{{ nothing }}", ()), "None|True|False|1|1.0|x|");
+        assert_eq!(
+            render("{{ none }}|{{ true }}|{{ false }}|{{ 1 }}|{{ 1.0 }}|{{ 'x' }}|{{ nothing }}", ()),
+            "None|True|False|1|1.0|x|"
+        );
         assert_eq!(render("{{ ['a\\nb', 'é\u{1}'] }}", ()), r"['a\nb', 'é\x01']");
     }
 
