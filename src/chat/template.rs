@@ -428,6 +428,67 @@ mod tests {
         assert_eq!(t.render(&[message], None, false, &TemplateKwargs::new()).expect("renders"), "Paris");
     }
 
+    #[test]
+    fn templates_that_only_concatenate_arguments_get_them_as_text() {
+        let source = "{% for m in messages %}{% for c in m.tool_calls or [] %}{{ '>>>' + c.function.name + '\\n' + c.function.arguments }}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(source, "", "").expect("compiles");
+        assert_eq!(t.call_arguments(), CallArguments::Text);
+        let mut message = ChatMessage::new(Role::Assistant, "");
+        message.tool_calls.push(ToolCall { id: "c".into(), name: "f".into(), arguments: r#"{"a":1}"#.into() });
+        assert_eq!(t.render(&[message], None, false, &TemplateKwargs::new()).expect("renders"), ">>>f\n{\"a\":1}");
+        let objects =
+            ChatTemplate::new("{{ messages[0].tool_calls[0].function.arguments | tojson }}", "", "").expect("compiles");
+        assert_eq!(objects.call_arguments(), CallArguments::Object);
+    }
+
+    #[test]
+    fn without_tools_tools_is_none_and_not_iterable() {
+        let t = ChatTemplate::new(
+            "{{ tools is defined }}{{ tools is none }}{% if tools is iterable and tools | length > 0 %}tools{% endif %}{{ documents }}",
+            "",
+            "",
+        )
+        .expect("compiles");
+        assert_eq!(t.render(&[], None, false, &TemplateKwargs::new()).expect("renders"), "TrueTrueNone");
+        assert_eq!(
+            t.render(&[], Some(&serde_json::json!([{}])), false, &TemplateKwargs::new()).expect("renders"),
+            "TrueFalsetoolsNone"
+        );
+    }
+
+    #[test]
+    fn generation_blocks_render_their_body_in_a_scope_of_their_own() {
+        let source = "{% set x = 1 %}\n{%- generation -%} {{ messages[0].content }}{% set x = 2 %}{{ x }} {%- endgeneration %}{{ x }}";
+        let t = ChatTemplate::new(source, "", "").expect("compiles");
+        assert_eq!(
+            t.render(&[ChatMessage::assistant("a")], None, false, &TemplateKwargs::new()).expect("renders"),
+            "a21"
+        );
+    }
+
+    #[test]
+    fn tojson_takes_transformers_options_and_dicts_print_as_python() {
+        let t = ChatTemplate::new("{{ tools[0] | tojson(ensure_ascii=True, sort_keys=True) }}|{{ tools[0] }}", "", "")
+            .expect("compiles");
+        let tools = serde_json::json!([{"n": "é", "a": true}]);
+        assert_eq!(
+            t.render(&[], Some(&tools), false, &TemplateKwargs::new()).expect("renders"),
+            r#"{"a": true, "n": "\u00e9"}|{'n': 'é', 'a': True}"#
+        );
+    }
+
+    #[test]
+    fn reasoning_reaches_templates_as_thinking_and_reasoning_content() {
+        let t = ChatTemplate::new("{% for k in messages[0] %}{{ k }} {% endfor %}{{ messages[0].thinking }}", "", "")
+            .expect("compiles");
+        let mut message = ChatMessage::assistant("a");
+        message.reasoning = Some("r".into());
+        assert_eq!(
+            t.render(&[message], None, false, &TemplateKwargs::new()).expect("renders"),
+            "thinking role content reasoning_content r"
+        );
+    }
+
     fn limited(source: &str, fuel: u64, output_bytes: usize) -> ChatTemplate {
         ChatTemplate::with_limits(source, "", "", RenderLimits { fuel, output_bytes }).expect("compiles")
     }

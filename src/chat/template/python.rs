@@ -153,17 +153,20 @@ mod tests {
     #[test]
     fn scalars_print_as_python_str() {
         assert_eq!(
-            render("{{ none }}|{{ true }}|{{ false }}|{{ 1 }}|{{ 1.0 }}|{{ 'x' }}|{{ nothing }}", ()),
+            render(
+                "{{ none }}|{{ true }}|{{ false }}|{{ 1 }}|{{ 1.0 }}|{{ 'x' }}|{{ nothing }}",
+                serde_json::json!({})
+            ),
             "None|True|False|1|1.0|x|"
         );
-        assert_eq!(render("{{ ['a\\nb', 'é\u{1}'] }}", ()), r"['a\nb', 'é\x01']");
+        assert_eq!(render("{{ ['a\\nb', 'é\u{1}'] }}", serde_json::json!({})), r"['a\nb', 'é\x01']");
     }
 
     #[test]
     fn none_and_numbers_are_not_iterable_but_undefined_is() {
         let out = render(
             "{{ none is iterable }}{{ 1 is iterable }}{{ nothing is iterable }}{{ 'a' is iterable }}{{ [] is iterable }}{{ {} is iterable }}",
-            (),
+            serde_json::json!({}),
         );
         assert_eq!(out, "FalseFalseTrueTrueTrueTrue");
     }
