@@ -88,7 +88,7 @@ struct Case {
 }
 
 const CALL_WEATHER: &str = r#"{"city": "Paris", "unit": "celsius"}"#;
-const CALL_SEARCH: &str = r#"{"query": "café près de la tour Eiffel", "limit": 3}"#;
+const CALL_SEARCH: &str = r#"{"query": "café près de la tour Eiffel", "limit": 3, "exact": false, "sites": ["a.fr", "b.fr"], "near": {"lat": 48.86, "km": 1.0}, "lang": null}"#;
 
 fn tools() -> Value {
     json!([
@@ -105,10 +105,28 @@ fn tools() -> Value {
             "description": "Search the web",
             "parameters": {"type": "object", "properties": {
                 "query": {"type": "string"},
-                "limit": {"type": "integer", "default": 5}
+                "limit": {"type": "integer", "default": 5},
+                "exact": {"type": "boolean"},
+                "sites": {"type": "array", "items": {"type": "string"}},
+                "near": {"type": "object", "properties": {"lat": {"type": "number"}, "km": {"type": "number"}}},
+                "lang": {"type": "string"}
             }, "required": ["query"]}
         }}
     ])
+}
+
+/// [`tools`] and one whose parameter may be of two types (`Optional[str]` as pydantic writes it).
+fn tools_with_a_union() -> Value {
+    let mut tools = tools();
+    tools.as_array_mut().expect("a list").push(json!({"type": "function", "function": {
+        "name": "translate",
+        "description": "Translate a text",
+        "parameters": {"type": "object", "properties": {
+            "text": {"type": "string"},
+            "target": {"type": ["string", "null"], "description": "A language code, or none for English"}
+        }, "required": ["text"]}
+    }}));
+    tools
 }
 
 /// An assistant message with both calls, their arguments as objects or as the text a client sent.
@@ -200,6 +218,7 @@ fn cases() -> Vec<Case> {
         case("plain, no generation prompt", &plain, None, false, json!({})),
         case("user only", &json!([{"role": "user", "content": "Hi"}]), None, true, json!({})),
         case("tools offered", &ask, Some(tools()), true, json!({})),
+        case("tools offered, one with a union type", &ask, Some(tools_with_a_union()), true, json!({})),
         with_calls("call round trip", round_trip),
         with_calls("single call round trip", single_call),
         with_calls("calls with reasoning, results pending", pending_call),
@@ -239,7 +258,8 @@ fn chat_message(message: &Value) -> ChatMessage {
     }
 }
 
-/// JSON text as the test's calls are written (Python's `json.dumps` separators).
+/// JSON text as the test's calls are written (Python's `json.dumps` separators): the text a
+/// client sent.
 fn python_json(value: &Value) -> String {
     match value {
         Value::Object(map) => {
@@ -247,6 +267,7 @@ fn python_json(value: &Value) -> String {
                 map.iter().map(|(k, v)| format!("{}: {}", Value::String(k.clone()), python_json(v))).collect();
             format!("{{{}}}", items.join(", "))
         }
+        Value::Array(items) => format!("[{}]", items.iter().map(python_json).collect::<Vec<_>>().join(", ")),
         other => other.to_string(),
     }
 }

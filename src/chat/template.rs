@@ -133,6 +133,8 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
         env.add_filter("string", python::string_filter);
+        env.add_filter("upper", python::upper_filter);
+        env.add_filter("lower", python::lower_filter);
         env.add_test("iterable", python::is_iterable);
         env.set_formatter(python::format);
         let compiled = generation::rewrite_generation_blocks(source).into_owned();

@@ -3,6 +3,7 @@
 //!
 //! - A dict or list prints as Python's `repr` (`{'type': 'function'}`, `['a', 1]`), which
 //!   templates rely on (Apriel writes each tool with `{{ tool|string }}`).
+//! - `upper` and `lower` work on that text too (Gemma 4 upper-cases a parameter's type list).
 //! - `None`, `True` and `False` print capitalized; floats print as Python's `repr` (`1e+16`).
 //! - `is iterable` is false for `none` (Python cannot iterate `None`), so a template's
 //!   `tools is iterable and tools | length > 0` holds without tools.
@@ -23,6 +24,17 @@ pub(super) fn string_filter(value: &Value) -> Value {
         return value.clone();
     }
     Value::from(str_of(value))
+}
+
+/// The `upper` filter: Python's `str(value).upper()` (Gemma 4 upper-cases a parameter's `type`,
+/// which may be a list).
+pub(super) fn upper_filter(value: &Value) -> Value {
+    Value::from(str_of(value).to_uppercase())
+}
+
+/// The `lower` filter: Python's `str(value).lower()`.
+pub(super) fn lower_filter(value: &Value) -> Value {
+    Value::from(str_of(value).to_lowercase())
 }
 
 /// The `iterable` test: whether Python can iterate the value (jinja2's undefined iterates as
@@ -136,6 +148,8 @@ mod tests {
         let mut env = minijinja::Environment::new();
         env.set_formatter(format);
         env.add_filter("string", string_filter);
+        env.add_filter("upper", upper_filter);
+        env.add_filter("lower", lower_filter);
         env.add_test("iterable", is_iterable);
         env.render_str(source, context).expect("renders")
     }
@@ -148,6 +162,10 @@ mod tests {
         let expected = r#"{'type': 'function', 'f': {'name': "it's", 'n': [1, 2.5, None, True, 'a"b']}}"#;
         assert_eq!(render("{{ tool }}", serde_json::json!({ "tool": tool.clone() })), expected);
         assert_eq!(render("{{ tool|string }}", serde_json::json!({ "tool": tool })), expected);
+        assert_eq!(
+            render("{{ ['string', 'null']|upper }}|{{ 'ÉA'|lower }}", serde_json::json!({})),
+            "['STRING', 'NULL']|éa"
+        );
     }
 
     #[test]
