@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 /// `json.dumps` options.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Dumps {
     /// Pretty-print with this many spaces per level.
     pub indent: Option<usize>,
@@ -18,12 +18,6 @@ pub(crate) struct Dumps {
     pub separators: Option<(String, String)>,
     /// Objects' keys in sorted order.
     pub sort_keys: bool,
-}
-
-impl Default for Dumps {
-    fn default() -> Self {
-        Self { indent: None, ensure_ascii: false, separators: None, sort_keys: false }
-    }
 }
 
 /// Serializes `value` like `json.dumps(value, ensure_ascii=False, indent=indent)`.

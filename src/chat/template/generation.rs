@@ -22,11 +22,11 @@ pub(super) fn rewrite_generation_blocks(source: &str) -> Cow<'_, str> {
         let after = &rest[open..];
         let (close, tag) = if after.starts_with("{#") {
             (after.find("#}").map(|end| end + 2), None)
-        } else if after.starts_with("{{") {
-            (tag_end(&after[2..], "}}").map(|end| end + 2), None)
-        } else if after.starts_with("{%") {
-            let end = tag_end(&after[2..], "%}").map(|end| end + 2);
-            (end, end.map(|end| &after[2..end - 2]))
+        } else if let Some(inside) = after.strip_prefix("{{") {
+            (tag_end(inside, "}}").map(|end| end + 2), None)
+        } else if let Some(inside) = after.strip_prefix("{%") {
+            let end = tag_end(inside, "%}");
+            (end.map(|end| end + 2), end.map(|end| &inside[..end - 2]))
         } else {
             out.push_str(&rest[..=open]);
             rest = &rest[open + 1..];
