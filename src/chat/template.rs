@@ -7,8 +7,11 @@ use std::path::{Path, PathBuf};
 use minijinja::value::Kwargs;
 use minijinja::{Environment, ErrorKind, Value};
 
+mod generation;
+mod python;
+
 use super::pyjson;
-use super::{ChatMessage, TemplateKwargs};
+use super::{CallArguments, ChatMessage, Role, TemplateKwargs, ToolCall};
 
 const TEMPLATE_NAME: &str = "chat";
 const GEMMA_TEMPLATE: &str = include_str!("templates/gemma.jinja");
@@ -100,6 +103,7 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     limits: RenderLimits,
+    call_arguments: CallArguments,
 }
 
 impl ChatTemplate {
@@ -128,14 +132,52 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
-        env.add_template_owned(TEMPLATE_NAME, source.to_string()).map_err(|e| TemplateError::Compile(e.to_string()))?;
-        Ok(Self {
+        env.add_filter("string", python::string_filter);
+        env.add_filter("upper", python::upper_filter);
+        env.add_filter("lower", python::lower_filter);
+        env.add_test("iterable", python::is_iterable);
+        env.set_formatter(python::format);
+        let compiled = generation::rewrite_generation_blocks(source).into_owned();
+        env.add_template_owned(TEMPLATE_NAME, compiled).map_err(|e| TemplateError::Compile(e.to_string()))?;
+        let mut template = Self {
             env,
             source: source.to_string(),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
             limits,
-        })
+            call_arguments: CallArguments::Object,
+        };
+        template.call_arguments = template.probe_call_arguments();
+        Ok(template)
+    }
+
+    /// How this template takes call arguments: as objects, unless it fails on an object and
+    /// renders the text (a template that writes `'\n' + arguments`).
+    fn probe_call_arguments(&self) -> CallArguments {
+        let mut call = ChatMessage::assistant("");
+        call.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "tool1".into(),
+            arguments: r#"{"arg": "value"}"#.into(),
+        });
+        let mut result = ChatMessage::new(Role::Tool, "result");
+        result.tool_call_id = Some("call_1".into());
+        result.name = Some("tool1".into());
+        let messages = [ChatMessage::user("question"), call, result];
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "tool1", "description": "A tool",
+            "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}, "required": ["arg"]}}}]);
+        let render = |form| self.render_as(&messages, Some(&tools), false, &TemplateKwargs::new(), form);
+        if render(CallArguments::Object).is_err() && render(CallArguments::Text).is_ok() {
+            CallArguments::Text
+        } else {
+            CallArguments::Object
+        }
+    }
+
+    /// How this template receives the arguments of earlier tool calls.
+    #[must_use]
+    pub fn call_arguments(&self) -> CallArguments {
+        self.call_arguments
     }
 
     /// Picks the template for a model: a user file first, then the GGUF's own, then one known
@@ -183,12 +225,24 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         kwargs: &TemplateKwargs,
     ) -> Result<String, TemplateError> {
-        let messages: Vec<serde_json::Value> = messages.iter().map(ChatMessage::to_template_value).collect();
+        self.render_as(messages, tools, add_generation_prompt, kwargs, self.call_arguments)
+    }
+
+    fn render_as(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        kwargs: &TemplateKwargs,
+        arguments: CallArguments,
+    ) -> Result<String, TemplateError> {
+        let messages: Vec<serde_json::Value> = messages.iter().map(|m| m.to_template_value(arguments)).collect();
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Compile(e.to_string()))?;
         let mut output = BoundedOutput { text: Vec::new(), limit: self.limits.output_bytes, overflowed: false };
         let conversation = minijinja::context! {
             messages => Value::from_serialize(&messages),
             tools => tools.map(Value::from_serialize),
+            documents => Value::from(()),
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
@@ -253,16 +307,30 @@ fn strftime_now(format: String) -> Result<Value, minijinja::Error> {
     Ok(Value::from(out))
 }
 
-/// `tojson`, matching Python's `json.dumps` so prompts are byte-identical to transformers'.
+/// `tojson`, as transformers defines it: Python's `json.dumps` with its options (`indent`,
+/// `ensure_ascii`, `separators`, `sort_keys`; non-ASCII kept by default).
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
-    let indent: Option<usize> = kwargs.get("indent")?;
-    // Accepted for compatibility; transformers' defaults are what is produced either way.
-    let _: Option<bool> = kwargs.get("ensure_ascii")?;
-    let _: Option<bool> = kwargs.get("sort_keys")?;
+    let separators: Option<Vec<String>> = kwargs.get("separators")?;
+    let separators = match separators.as_deref() {
+        None => None,
+        Some([item, key]) => Some((item.clone(), key.clone())),
+        Some(_) => {
+            return Err(minijinja::Error::new(ErrorKind::InvalidOperation, "tojson: separators must be two strings"))
+        }
+    };
+    let options = pyjson::Dumps {
+        indent: kwargs.get("indent")?,
+        ensure_ascii: kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false),
+        separators,
+        sort_keys: kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false),
+    };
     kwargs.assert_all_used()?;
+    if value.is_undefined() {
+        return Err(minijinja::Error::new(ErrorKind::InvalidOperation, "tojson: the value is undefined"));
+    }
     let json = serde_json::to_value(&value)
         .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
-    Ok(Value::from_safe_string(pyjson::dumps(&json, indent)))
+    Ok(Value::from_safe_string(pyjson::dumps_with(&json, &options)))
 }
 
 #[cfg(test)]
@@ -360,6 +428,67 @@ mod tests {
             arguments: r#"{"city": "Paris"}"#.into(),
         });
         assert_eq!(t.render(&[message], None, false, &TemplateKwargs::new()).expect("renders"), "Paris");
+    }
+
+    #[test]
+    fn templates_that_only_concatenate_arguments_get_them_as_text() {
+        let source = "{% for m in messages %}{% for c in m.tool_calls or [] %}{{ '>>>' + c.function.name + '\\n' + c.function.arguments }}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(source, "", "").expect("compiles");
+        assert_eq!(t.call_arguments(), CallArguments::Text);
+        let mut message = ChatMessage::new(Role::Assistant, "");
+        message.tool_calls.push(ToolCall { id: "c".into(), name: "f".into(), arguments: r#"{"a":1}"#.into() });
+        assert_eq!(t.render(&[message], None, false, &TemplateKwargs::new()).expect("renders"), ">>>f\n{\"a\":1}");
+        let objects =
+            ChatTemplate::new("{{ messages[0].tool_calls[0].function.arguments | tojson }}", "", "").expect("compiles");
+        assert_eq!(objects.call_arguments(), CallArguments::Object);
+    }
+
+    #[test]
+    fn without_tools_tools_is_none_and_not_iterable() {
+        let t = ChatTemplate::new(
+            "{{ tools is defined }}{{ tools is none }}{% if tools is iterable and tools | length > 0 %}tools{% endif %}{{ documents }}",
+            "",
+            "",
+        )
+        .expect("compiles");
+        assert_eq!(t.render(&[], None, false, &TemplateKwargs::new()).expect("renders"), "TrueTrueNone");
+        assert_eq!(
+            t.render(&[], Some(&serde_json::json!([{}])), false, &TemplateKwargs::new()).expect("renders"),
+            "TrueFalsetoolsNone"
+        );
+    }
+
+    #[test]
+    fn generation_blocks_render_their_body_in_a_scope_of_their_own() {
+        let source = "{% set x = 1 %}\n{%- generation -%} {{ messages[0].content }}{% set x = 2 %}{{ x }} {%- endgeneration %}{{ x }}";
+        let t = ChatTemplate::new(source, "", "").expect("compiles");
+        assert_eq!(
+            t.render(&[ChatMessage::assistant("a")], None, false, &TemplateKwargs::new()).expect("renders"),
+            "a21"
+        );
+    }
+
+    #[test]
+    fn tojson_takes_transformers_options_and_dicts_print_as_python() {
+        let t = ChatTemplate::new("{{ tools[0] | tojson(ensure_ascii=True, sort_keys=True) }}|{{ tools[0] }}", "", "")
+            .expect("compiles");
+        let tools = serde_json::json!([{"n": "é", "a": true}]);
+        assert_eq!(
+            t.render(&[], Some(&tools), false, &TemplateKwargs::new()).expect("renders"),
+            r#"{"a": true, "n": "\u00e9"}|{'n': 'é', 'a': True}"#
+        );
+    }
+
+    #[test]
+    fn reasoning_reaches_templates_as_thinking_and_reasoning_content() {
+        let t = ChatTemplate::new("{% for k in messages[0] %}{{ k }} {% endfor %}{{ messages[0].thinking }}", "", "")
+            .expect("compiles");
+        let mut message = ChatMessage::assistant("a");
+        message.reasoning = Some("r".into());
+        assert_eq!(
+            t.render(&[message], None, false, &TemplateKwargs::new()).expect("renders"),
+            "thinking role content reasoning_content r"
+        );
     }
 
     fn limited(source: &str, fuel: u64, output_bytes: usize) -> ChatTemplate {
