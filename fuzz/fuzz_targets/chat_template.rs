@@ -76,7 +76,7 @@ fuzz_target!(|data: &[u8]| {
         _ => gemma,
     };
     let rendered = rendered.expect("real templates render every conversation");
-    let prepared = prepare_messages(ToolFormat::Generic, &messages, &tools);
+    let prepared = prepare_messages(&ToolFormat::generic(), &messages, &tools);
     assert_eq!(rendered.text, oracle(&prepared), "what the template means");
     let ends = [rendered.landmarks.first_message_end, rendered.landmarks.history_end];
     for end in ends.into_iter().flatten() {
