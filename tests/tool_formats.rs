@@ -87,7 +87,7 @@ fn conversation(calls: &[ToolCall]) -> Vec<ChatMessage> {
 fn row(name: &str, source: &str) -> (String, Option<ToolFormat>) {
     let format = match chat_format(source) {
         Ok(format) => format,
-        Err(e) => return (format!("| {name} | generic | not compiled by firstword yet: {} |", first_line(&e)), None),
+        Err(e) => return (format!("| {name} | `generic` | not compiled by firstword yet: {} |", first_line(&e)), None),
     };
     let tool_format = format.tool_format().clone();
     let tools = test_tools();
@@ -106,7 +106,8 @@ fn row(name: &str, source: &str) -> (String, Option<ToolFormat>) {
         }
     };
     let exact = note.contains("exactly");
-    (format!("| {name} | {} | {note} |", tool_format.summary()), exact.then_some(tool_format))
+    let summary = tool_format.summary().replace('\n', "\\n").replace('|', "\\|");
+    (format!("| {name} | `{summary}` | {note} |"), exact.then_some(tool_format))
 }
 
 fn first_line(text: &str) -> String {
@@ -120,7 +121,15 @@ fn table() -> (String, Vec<(String, ToolFormat)>) {
     let mut totals: Vec<(String, usize)> = Vec::new();
     for (name, source) in templates() {
         let (line, format) = row(&name, &source);
-        let family = line.split(" | ").nth(1).unwrap_or_default().split(' ').next().unwrap_or_default().to_string();
+        let family = line
+            .split(" | ")
+            .nth(1)
+            .unwrap_or_default()
+            .trim_matches('`')
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .to_string();
         match totals.iter_mut().find(|(f, _)| *f == family) {
             Some((_, n)) => *n += 1,
             None => totals.push((family, 1)),

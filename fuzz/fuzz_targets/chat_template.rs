@@ -69,7 +69,7 @@ fuzz_target!(|data: &[u8]| {
                 Ok(rendered) => assert!(rendered.text.len() <= OUTPUT_BYTES, "{} bytes", rendered.text.len()),
                 Err(e) => assert!(matches!(e, TemplateError::Render(_) | TemplateError::Limit(_)), "{e}"),
             }
-            let _ = format.next_turn_prefix(&messages, &tools, &TemplateKwargs::new(), format.reply_message(&reply, false));
+            let _ = format.next_turn_prefix(&messages, &tools, &TemplateKwargs::new(), format.reply_message(&reply, false, &tools));
             return;
         }
         1 => smollm2,
@@ -86,7 +86,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(first <= history, "landmarks in order");
     }
     let prefix = format
-        .next_turn_prefix(&messages, &tools, &TemplateKwargs::new(), format.reply_message(&reply, false))
+        .next_turn_prefix(&messages, &tools, &TemplateKwargs::new(), format.reply_message(&reply, false, &tools))
         .expect("a next-turn prefix");
     let mut next = messages;
     next.extend([ChatMessage::assistant(reply), ChatMessage::user("And then?")]);

@@ -106,7 +106,9 @@ impl Probes {
             let mut plain_messages = base.clone();
             plain_messages.push(ChatMessage::assistant(PLAIN_REPLY));
             let plain = render(&plain_messages, tools, false).unwrap_or_default();
-            let start = common_prefix(&one, &prompt).min(common_prefix(&one, &plain));
+            // Where the assistant's turn starts: after what every variant shares, never inside
+            // a marker (`<|START_ACTION|>` and `<|START_TEXT|>` share `<|START_`).
+            let start = marker_prefix(&one, &prompt).len().min(marker_prefix(&one, &plain).len());
             let after_user = one.find("FWUSER").map_or(0, |at| at + "FWUSER".len());
             let start = start.max(after_user);
             let cut = |text: &str| text.get(start..).unwrap_or_default().to_string();

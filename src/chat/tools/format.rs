@@ -21,6 +21,9 @@ struct Description {
     body: Body,
     /// Mistral's templates want call ids of 9 letters and digits.
     short_ids: bool,
+    /// The template renders the tools but not earlier calls: they are written into the
+    /// assistant's text (LFM2, Granite 3.3).
+    calls_in_text: bool,
 }
 
 /// The kinds of call syntax, for logs, `/v1/models` and the docs.
@@ -75,7 +78,7 @@ pub(crate) const BARE_JSON_OPENER: &str = "{\"name\"";
 
 impl ToolFormat {
     fn new(family: Family, layout: Layout, body: Body) -> Self {
-        Self(Arc::new(Description { family, layout, body, short_ids: false }))
+        Self(Arc::new(Description { family, layout, body, short_ids: false, calls_in_text: false }))
     }
 
     /// The format of a syntax read off a template.
@@ -185,7 +188,21 @@ impl ToolFormat {
             close: "]<|tool_call_end|>".into(),
             ..Markers::default()
         };
-        Self::new(Family::Pythonic, Layout::Markers(markers), Body::Pythonic)
+        Self::new(Family::Pythonic, Layout::Markers(markers), Body::Pythonic).with_calls_in_text()
+    }
+
+    /// Granite 3.3's `<|tool_call|>[{"name": …, "arguments": …}]`, which its template does not
+    /// render in the history.
+    #[must_use]
+    pub fn granite() -> Self {
+        let markers =
+            Markers { open: "<|tool_call|>[".into(), separator: ", ".into(), close: "]".into(), ..Markers::default() };
+        Self::new(Family::Json, Layout::Markers(markers), Self::json_body("arguments")).with_calls_in_text()
+    }
+
+    /// The same format, its calls written into the assistant's text in the history.
+    fn with_calls_in_text(self) -> Self {
+        Self(Arc::new(Description { calls_in_text: true, ..(*self.0).clone() }))
     }
 
     /// Qwen3-Coder and Qwen3.5's XML-style calls, as their templates write them.
@@ -248,8 +265,10 @@ impl ToolFormat {
             Some(Self::gemma4())
         } else if source.contains("<start_function_call>") {
             Some(Self::function_gemma())
-        } else if source.contains("<|tool_call_start|>") && source.contains("<|tool_list_start|>") {
+        } else if source.contains("<|tool_call_start|>") || source.contains("<|tool_list_start|>") {
             Some(Self::lfm2())
+        } else if source.contains("<|tool_call|>") && source.contains("<|start_of_role|>") {
+            Some(Self::granite())
         } else if source.contains("<|start_header_id|>") && source.contains("\"parameters\": ") {
             Some(Self::llama3())
         } else if source.contains("<|channel|>") && source.contains("functions.") {
@@ -306,7 +325,7 @@ impl ToolFormat {
     /// writes them into its text, as the model wrote them.
     #[must_use]
     pub fn template_renders_calls(&self) -> bool {
-        !matches!(self.0.family, Family::Generic | Family::Pythonic)
+        self.0.family != Family::Generic && !self.0.calls_in_text
     }
 
     pub(crate) fn layout(&self) -> &Layout {
