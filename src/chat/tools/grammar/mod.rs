@@ -57,7 +57,7 @@ pub fn request_grammar(
         (Some(calls), _) if lazy => {
             let root = if has_bare_rule(format, lazy) { "fw-calls | fw-bare" } else { "fw-calls" };
             Some(Grammar {
-                triggers: format.openers().into_iter().map(String::from).collect(),
+                triggers: format.openers(),
                 anchored_triggers: vec![JSON_OBJECT_OPENER.to_string()],
                 ..eager(format!("fw-root ::= {root}\n{calls}"), "fw-root")
             })

@@ -17,8 +17,7 @@ pub(crate) enum Match {
 /// whitespace in the marker matches any run of whitespace (or none) in the text, and
 /// [`CALL_INDEX`] matches a number and [`CALL_ID`] an id (letters, digits, `_`, `-`). Whitespace
 /// at the marker's end is taken whole: a text that ends in it is [`Match::Partial`].
-pub(crate) fn match_literal(text: &str, marker: &str, index: usize) -> Match {
-    let _ = index;
+pub(crate) fn match_literal(text: &str, marker: &str) -> Match {
     if marker.is_empty() {
         return Match::Full(0);
     }
@@ -82,20 +81,20 @@ mod tests {
 
     #[test]
     fn whitespace_is_lenient_and_trailing_whitespace_waits() {
-        assert_eq!(match_literal("\n</tool_call>x", "\n</tool_call>", 0), Match::Full(13));
-        assert_eq!(match_literal("</tool_call>", "\n</tool_call>", 0), Match::Full(12));
-        assert_eq!(match_literal("  </tool", "\n</tool_call>", 0), Match::Partial);
-        assert_eq!(match_literal("</tool_x", "\n</tool_call>", 0), Match::No);
-        assert_eq!(match_literal(">\n", ">\n", 0), Match::Partial, "more whitespace may follow");
-        assert_eq!(match_literal(">\n\nP", ">\n", 0), Match::Full(3));
-        assert_eq!(match_literal("x", "", 0), Match::Full(0));
+        assert_eq!(match_literal("\n</tool_call>x", "\n</tool_call>"), Match::Full(13));
+        assert_eq!(match_literal("</tool_call>", "\n</tool_call>"), Match::Full(12));
+        assert_eq!(match_literal("  </tool", "\n</tool_call>"), Match::Partial);
+        assert_eq!(match_literal("</tool_x", "\n</tool_call>"), Match::No);
+        assert_eq!(match_literal(">\n", ">\n"), Match::Partial, "more whitespace may follow");
+        assert_eq!(match_literal(">\n\nP", ">\n"), Match::Full(3));
+        assert_eq!(match_literal("x", ""), Match::Full(0));
     }
 
     #[test]
     fn a_call_index_is_a_number() {
         let marker = ":{index}<|tool_call_argument_begin|>";
-        assert_eq!(match_literal(":12<|tool_call_argument_begin|>{", marker, 0), Match::Full(31));
-        assert_eq!(match_literal(":1", marker, 0), Match::Partial);
-        assert_eq!(match_literal(":<", marker, 0), Match::No);
+        assert_eq!(match_literal(":12<|tool_call_argument_begin|>{", marker), Match::Full(31));
+        assert_eq!(match_literal(":1", marker), Match::Partial);
+        assert_eq!(match_literal(":<", marker), Match::No);
     }
 }

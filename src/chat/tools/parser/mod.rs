@@ -203,7 +203,7 @@ impl ToolCallParser {
             State::Content => self.step_content(out),
             State::Marker(rest, then) => {
                 let then = *then;
-                match match_literal(&self.buffer, rest, self.calls.len()) {
+                match match_literal(&self.buffer, rest) {
                     Match::Full(used) => {
                         self.buffer.drain(..used);
                         self.enter(then);
@@ -265,10 +265,9 @@ impl ToolCallParser {
     }
 
     fn scanner(&self) -> CallScanner {
-        let index = self.calls.len();
         match self.format.body() {
             Body::Json { name_key, args_key } => CallScanner::Json(JsonCall::new(name_key, args_key)),
-            Body::NamedJson { name_close } => CallScanner::Named(NamedCall::new(name_close, index)),
+            Body::NamedJson { name_close } => CallScanner::Named(NamedCall::new(name_close)),
             Body::Params(params) => CallScanner::Params(ParamsCall::new(params.clone(), Arc::clone(&self.keys))),
             Body::Gemma { quote } => CallScanner::Gemma(GemmaCall::new(quote, Arc::clone(&self.keys))),
             Body::Pythonic => CallScanner::Pythonic(PythonicCall::default()),
@@ -343,7 +342,7 @@ impl ToolCallParser {
         }
         let mut waiting = false;
         for (marker, next) in choices {
-            match match_literal(&self.buffer, &marker, self.calls.len()) {
+            match match_literal(&self.buffer, &marker) {
                 Match::Full(used) => {
                     self.buffer.drain(..used);
                     self.state = next;

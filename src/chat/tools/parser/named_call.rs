@@ -18,7 +18,6 @@ enum Stage {
 #[derive(Debug)]
 pub(super) struct NamedCall {
     name_close: String,
-    index: usize,
     stage: Stage,
     name: String,
     value: ValueScan,
@@ -27,10 +26,9 @@ pub(super) struct NamedCall {
 }
 
 impl NamedCall {
-    pub(super) fn new(name_close: &str, index: usize) -> Self {
+    pub(super) fn new(name_close: &str) -> Self {
         Self {
             name_close: name_close.to_string(),
-            index,
             stage: Stage::Name,
             name: String::new(),
             value: ValueScan::default(),
@@ -66,7 +64,7 @@ impl NamedCall {
                     events.push(ScanEvent::Name(std::mem::take(&mut self.name)));
                     self.stage = Stage::NameClose;
                 }
-                Stage::NameClose => match match_literal(rest, &self.name_close, self.index) {
+                Stage::NameClose => match match_literal(rest, &self.name_close) {
                     Match::Full(used) => {
                         at += used;
                         self.stage = Stage::Arguments;

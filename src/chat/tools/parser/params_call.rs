@@ -79,7 +79,7 @@ impl ParamsCall {
                 Some(length)
             }
             Stage::NameClose => self.marker(rest, &self.params.name_close.clone(), Stage::KeyOrEnd),
-            Stage::KeyOrEnd => match match_literal(rest, &self.params.key_open, 0) {
+            Stage::KeyOrEnd => match match_literal(rest, &self.params.key_open) {
                 Match::Full(used) if !self.params.key_open.trim().is_empty() => {
                     self.stage = Stage::Key;
                     Some(used)
@@ -96,10 +96,10 @@ impl ParamsCall {
                 let first = |close: &str| close.split_whitespace().next().unwrap_or_default().to_string();
                 let end =
                     closes.iter().filter_map(|c| rest.find(first(c).as_str()).filter(|_| !first(c).is_empty())).min();
-                let Some(end) = end else { return None };
+                let end = end?;
                 let mut waiting = false;
                 for (i, close) in closes.iter().enumerate() {
-                    match match_literal(&rest[end..], close, 0) {
+                    match match_literal(&rest[end..], close) {
                         Match::Full(used) => {
                             self.key = rest[..end].trim().to_string();
                             let is_json = if self.params.key_close == self.params.key_close_json {
@@ -143,7 +143,7 @@ impl ParamsCall {
                             json.push('"');
                         }
                         self.stage = Stage::KeyOrEnd;
-                        match match_literal(&rest[end..], close.trim_start(), 0) {
+                        match match_literal(&rest[end..], close.trim_start()) {
                             Match::Full(used) => Some(end + used),
                             // Whitespace at the marker's end may go on: the next marker or
                             // the call's close skips it.
@@ -168,7 +168,7 @@ impl ParamsCall {
 
     /// Matches `marker` at the start of `rest`, then goes to `next`.
     fn marker(&mut self, rest: &str, marker: &str, next: Stage) -> Option<usize> {
-        match match_literal(rest, marker, 0) {
+        match match_literal(rest, marker) {
             Match::Full(used) => {
                 self.stage = next;
                 Some(used)
