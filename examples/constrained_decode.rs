@@ -21,7 +21,7 @@ fn median(values: &mut [f64]) -> f64 {
 /// Generates with `grammar`; returns (tokens, tokens per second of the generation phase).
 fn run(
     engine: &Engine,
-    format: ToolFormat,
+    format: &ToolFormat,
     tools: &[ToolDefinition],
     grammar: Option<Grammar>,
     tokens: u32,
@@ -36,7 +36,7 @@ fn run(
         max_tokens: Some(tokens),
         sampling: SamplingParams { seed: Some(seed), ..SamplingParams::default() },
         grammar,
-        preserved_tokens: format.markers().into_iter().map(String::from).collect(),
+        preserved_tokens: format.markers(),
         ..GenerationRequest::chat(Vec::new())
     };
     let mut generation = engine.submit(request).expect("submitted");
@@ -71,14 +71,14 @@ fn main() {
     let story = OutputSchema::new(&json!({"type": "object", "properties": {"title": {"type": "string"},
         "story": {"type": "string"}}, "required": ["title", "story"]}))
     .expect("schema");
-    let json_grammar = request_grammar(format, &ToolSet::default(), &ToolChoice::Auto, true, Some(&story));
-    let call_grammar = request_grammar(format, &tools, &ToolChoice::Required, true, None);
+    let json_grammar = request_grammar(&format, &ToolSet::default(), &ToolChoice::Auto, true, Some(&story));
+    let call_grammar = request_grammar(&format, &tools, &ToolChoice::Required, true, None);
 
     let (mut free, mut json_out, mut calls) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..reps {
-        let (n_free, free_rate) = run(&engine, format, &specs, None, tokens, rep);
-        let (n_json, json_rate) = run(&engine, format, &specs, json_grammar.clone(), tokens, rep);
-        let (n_call, call_rate) = run(&engine, format, &specs, call_grammar.clone(), tokens, rep);
+        let (n_free, free_rate) = run(&engine, &format, &specs, None, tokens, rep);
+        let (n_json, json_rate) = run(&engine, &format, &specs, json_grammar.clone(), tokens, rep);
+        let (n_call, call_rate) = run(&engine, &format, &specs, call_grammar.clone(), tokens, rep);
         println!(
             "rep {rep}: free {n_free} tok {free_rate:.1} tok/s | json_schema {n_json} tok {json_rate:.1} tok/s | tool call {n_call} tok {call_rate:.1} tok/s"
         );

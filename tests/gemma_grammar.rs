@@ -61,10 +61,10 @@ fn gemma_grammars_in_llama_cpp() {
     let model = LlamaModel::load_from_file(&backend, common::smollm2_path(), &params).expect("vocabulary loads");
     let tools = tools();
     for (format, q, open, close) in [
-        (ToolFormat::Gemma4, "<|\"|>", "<|tool_call>", "<tool_call|>"),
-        (ToolFormat::FunctionGemma, "<escape>", "<start_function_call>", "<end_function_call>"),
+        (ToolFormat::gemma4(), "<|\"|>", "<|tool_call>", "<tool_call|>"),
+        (ToolFormat::function_gemma(), "<escape>", "<start_function_call>", "<end_function_call>"),
     ] {
-        let grammar = request_grammar(format, &tools, &ToolChoice::Required, false, None).expect("grammar");
+        let grammar = request_grammar(&format, &tools, &ToolChoice::Required, false, None).expect("grammar");
         let call = |body: &str| format!("{open}call:f{{{body}}}{close}");
         let string = |text: &str| call(&format!("s:{q}{text}{q}"));
         // A string holds any text without the quote marker, `<` included, up to its end.
@@ -84,13 +84,15 @@ fn gemma_grammars_in_llama_cpp() {
         for number in ["01", "-01", "00", "0.5.1", "1."] {
             assert_eq!(verdict(&model, &grammar, &call(&format!("n:{number}"))), Verdict::Rejected, "{number}");
         }
-        // Top-level keys are the schema's names, `:` included.
-        let keyed = call(&format!("a:b:{q}v{q},n:1"));
+        // Top-level keys are the schema's names, `:` included, in the schema's order, each once.
+        let keyed = call(&format!("n:1,a:b:{q}v{q}"));
         assert_eq!(verdict(&model, &grammar, &keyed), Verdict::Complete, "{format:?}: {keyed}");
         assert_eq!(verdict(&model, &grammar, &call("x:1")), Verdict::Rejected, "{format:?}: unknown key");
+        let repeated = call(&format!("s:{q}a{q},s:{q}b{q}"));
+        assert_eq!(verdict(&model, &grammar, &repeated), Verdict::Rejected, "{format:?}: a key twice");
 
         // `auto`: a reply opening with a JSON object must be a bare JSON call of a declared tool.
-        let auto = request_grammar(format, &tools, &ToolChoice::Auto, true, None).expect("grammar");
+        let auto = request_grammar(&format, &tools, &ToolChoice::Auto, true, None).expect("grammar");
         assert_eq!(auto.anchored_triggers, vec!["{".to_string()]);
         let bare = r#"{"name": "f", "arguments": {"s": "x", "n": 2}}"#;
         assert_eq!(verdict(&model, &auto, bare), Verdict::Complete, "{format:?}: {bare}");
@@ -99,9 +101,11 @@ fn gemma_grammars_in_llama_cpp() {
         assert_eq!(verdict(&model, &auto, other), Verdict::Rejected, "{format:?}: not a call");
     }
     // Every other format's `auto` grammar takes the bare JSON call too.
-    for &format in ToolFormat::ALL.iter().filter(|f| !matches!(f, ToolFormat::Gemma4 | ToolFormat::FunctionGemma)) {
-        let key = if format == ToolFormat::Llama3 { "parameters" } else { "arguments" };
-        let auto = request_grammar(format, &tools, &ToolChoice::Auto, true, None).expect("grammar");
+    let others =
+        ToolFormat::examples().into_iter().filter(|f| *f != ToolFormat::gemma4() && *f != ToolFormat::function_gemma());
+    for format in others {
+        let key = if format == ToolFormat::llama3() { "parameters" } else { "arguments" };
+        let auto = request_grammar(&format, &tools, &ToolChoice::Auto, true, None).expect("grammar");
         let bare = format!(r#"{{"name": "f", "{key}": {{"s": "x<"}}}}"#);
         assert_eq!(verdict(&model, &auto, &bare), Verdict::Complete, "{format:?}: {bare}");
     }

@@ -113,11 +113,11 @@ async fn every_format_grammar_parses_in_llama_cpp() {
     });
     let set = ToolSet::new(definitions).expect("tools");
     let schema = OutputSchema::new(&json!({"type": "object"})).expect("schema");
-    for &format in ToolFormat::ALL {
+    for format in ToolFormat::examples() {
         for (choice, output) in
             [(ToolChoice::Required, None), (ToolChoice::Auto, None), (ToolChoice::Auto, Some(&schema))]
         {
-            let grammar = request_grammar(format, &set, &choice, true, output).expect("grammar");
+            let grammar = request_grammar(&format, &set, &choice, true, output).expect("grammar");
             let request = GenerationRequest {
                 prompt: Prompt::Text("Call a tool:".into()),
                 max_tokens: Some(24),
@@ -137,8 +137,8 @@ async fn every_format_grammar_parses_in_llama_cpp() {
                 }
             }
             if choice == ToolChoice::Required {
-                let opener = format.openers()[0];
-                assert!(text.starts_with(opener) || format == ToolFormat::Llama3, "{format:?}: {text:?}");
+                let opener = &format.openers()[0];
+                assert!(text.starts_with(opener.as_str()) || format == ToolFormat::llama3(), "{format:?}: {text:?}");
             }
         }
     }
@@ -282,4 +282,43 @@ async fn auto_mode_never_answers_with_a_json_object_as_content() {
         );
     }
     println!("SmolLM2 auto timer: {calls_made} valid calls in 8 replies");
+}
+
+/// A tool loop keeps its cache when the client re-serializes the call's arguments (haystack
+/// and the AI SDK send `{"city":"Paris"}` back where the model wrote `{"city": "Paris"}`): the
+/// call is JSON-equal to the one generated, so it is written back as generated and the next
+/// turn reuses the whole previous prompt and reply.
+#[tokio::test]
+async fn a_reserialized_call_in_the_history_keeps_the_cache() {
+    let (_guard, server) = exclusive_server().await;
+    let system = common::long_system_prompt(400);
+    let first = request(
+        &system,
+        "What's the weather in Oslo in celsius?",
+        json!("required"),
+        json!({"temperature": 0, "parallel_tool_calls": false}),
+    );
+    let (status, answer) = post(&server.base, &first).await;
+    assert_eq!(status, 200, "{answer}");
+    let prompt = answer["usage"]["prompt_tokens"].as_u64().expect("prompt tokens");
+    let reply = answer["usage"]["completion_tokens"].as_u64().expect("completion tokens");
+    let call = answer["choices"][0]["message"]["tool_calls"][0].clone();
+    let written = call["function"]["arguments"].as_str().expect("arguments");
+    let value: Value = serde_json::from_str(written).expect("JSON arguments");
+    let reserialized = serde_json::to_string_pretty(&value).expect("JSON");
+    assert_ne!(reserialized, written, "the client's text differs from the model's");
+    let mut messages = first["messages"].as_array().expect("messages").clone();
+    messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": call["id"], "type": "function",
+        "function": {"name": call["function"]["name"], "arguments": reserialized}}]}));
+    messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": "{\"temperature\": 3}"}));
+    let follow =
+        json!({"messages": messages, "tools": tools(), "tool_choice": "none", "max_tokens": 8, "temperature": 0});
+    let (status, next) = post(&server.base, &follow).await;
+    assert_eq!(status, 200, "{next}");
+    let cache = &next["timings"]["cache"];
+    assert!(cache["reason"].is_null(), "no history change: {cache}");
+    // The turn boundary after the reply (end of turn, the next turn's opening) is new.
+    let reused = cache["reused"].as_u64().expect("reused");
+    assert!(reused + 3 >= prompt + reply, "reused {reused} of prompt {prompt} + reply {reply}: {cache}");
+    println!("SmolLM2 re-serialized call: prompt {prompt} + reply {reply}, next turn reused {reused}: {cache}");
 }

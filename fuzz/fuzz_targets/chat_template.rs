@@ -69,14 +69,14 @@ fuzz_target!(|data: &[u8]| {
                 Ok(rendered) => assert!(rendered.text.len() <= OUTPUT_BYTES, "{} bytes", rendered.text.len()),
                 Err(e) => assert!(matches!(e, TemplateError::Render(_) | TemplateError::Limit(_)), "{e}"),
             }
-            let _ = format.next_turn_prefix(&messages, &tools, &TemplateKwargs::new(), format.reply_message(&reply, false));
+            let _ = format.next_turn_prefix(&messages, &tools, &TemplateKwargs::new(), format.reply_message(&reply, false, &tools));
             return;
         }
         1 => smollm2,
         _ => gemma,
     };
     let rendered = rendered.expect("real templates render every conversation");
-    let prepared = prepare_messages(ToolFormat::Generic, &messages, &tools);
+    let prepared = prepare_messages(&ToolFormat::generic(), &messages, &tools);
     assert_eq!(rendered.text, oracle(&prepared), "what the template means");
     let ends = [rendered.landmarks.first_message_end, rendered.landmarks.history_end];
     for end in ends.into_iter().flatten() {
@@ -86,7 +86,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(first <= history, "landmarks in order");
     }
     let prefix = format
-        .next_turn_prefix(&messages, &tools, &TemplateKwargs::new(), format.reply_message(&reply, false))
+        .next_turn_prefix(&messages, &tools, &TemplateKwargs::new(), format.reply_message(&reply, false, &tools))
         .expect("a next-turn prefix");
     let mut next = messages;
     next.extend([ChatMessage::assistant(reply), ChatMessage::user("And then?")]);

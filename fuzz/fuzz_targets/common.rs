@@ -12,10 +12,12 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use serde_json::json;
 
-/// The format a header byte names: `b % 6` (so the seeds' `'0'`..`'5'` are the formats in
-/// [`ToolFormat::ALL`] order: generic, hermes, llama3, mistral, gemma4, functiongemma).
+/// The format a header byte names: `(b - '0') % n` over [`ToolFormat::examples`] (so the seeds'
+/// `'0'`..`'8'` are the formats in its order: generic, hermes, llama3, mistral, gemma4,
+/// functiongemma, lfm2's pythonic, qwen3-coder's xml, deepseek's name+json).
 pub fn format(byte: u8) -> ToolFormat {
-    ToolFormat::ALL[usize::from(byte) % ToolFormat::ALL.len()]
+    let formats = ToolFormat::examples();
+    formats[usize::from(byte.wrapping_sub(b'0')) % formats.len()].clone()
 }
 
 /// `text` cut at char boundaries into pieces of 1 to 8 chars, their lengths drawn from `seed`

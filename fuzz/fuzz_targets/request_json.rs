@@ -31,7 +31,7 @@ fuzz_target!(|body: &[u8]| {
         n_vocab: 32_000,
         n_swa: None,
         template_source: TemplateSource::Gguf,
-        tool_format: format,
+        tool_format: format.clone(),
         reasoning: None,
         threads: 1,
         threads_batch: 1,
@@ -54,7 +54,7 @@ fuzz_target!(|body: &[u8]| {
     }
     check_request(&request, &model);
     let openers = format.openers();
-    let asked: Vec<&String> = request.stop.iter().filter(|s| !openers.contains(&s.as_str())).collect();
+    let asked: Vec<&String> = request.stop.iter().filter(|s| !openers.contains(s)).collect();
     assert!(asked.len() <= 4 && asked.iter().all(|s| s.len() <= 256), "{:?}", request.stop);
 });
 

@@ -48,11 +48,11 @@ pub(super) struct Ending {
     pub deltas: Vec<Delta>,
     /// OpenAI's `finish_reason`.
     pub finish_reason: &'static str,
-    /// All content, `None` if there was none and the reply made calls.
+    /// All content, `None` if there was none (or only whitespace) and the reply made calls.
     pub content: Option<String>,
     /// The model's reasoning, `None` if it wrote none.
     pub reasoning: Option<String>,
-    /// The calls, complete with their ids.
+    /// The complete calls with their ids (a call cut by the token limit is left out).
     pub calls: Vec<ResponseToolCall>,
 }
 
@@ -61,7 +61,7 @@ impl AnswerShaper {
     /// model's reasoning.
     pub(super) fn new(plan: OutputPlan, in_reasoning: bool) -> Self {
         let parser = plan.tools.as_ref().map(|tools| {
-            let parser = ToolCallParser::new(plan.format).with_tools(tools);
+            let parser = ToolCallParser::new(plan.format.clone()).with_tools(tools);
             // Without a response format, the grammar makes a reply that opens with a JSON
             // object a call (with one, that reply is the JSON answer).
             if plan.schema.is_none() {
@@ -163,16 +163,20 @@ impl AnswerShaper {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
         };
+        // A call the token limit cut is no call (its arguments are unfinished): the answer
+        // says "length" and carries the complete calls only.
         let calls: Vec<ResponseToolCall> = calls
             .into_iter()
             .zip(self.call_ids)
+            .filter(|(call, _)| call.complete)
             .map(|(call, id)| ResponseToolCall {
                 id,
                 kind: "function",
                 function: FunctionCall { name: call.name, arguments: call.arguments },
             })
             .collect();
-        let content = (!self.content.is_empty() || calls.is_empty()).then_some(self.content);
+        // Beside calls, whitespace is layout, not content.
+        let content = (!self.content.trim().is_empty() || calls.is_empty()).then_some(self.content);
         let reasoning = (!self.reasoning_text.is_empty()).then_some(self.reasoning_text);
         Ok(Ending { deltas, finish_reason, content, reasoning, calls })
     }

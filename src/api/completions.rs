@@ -153,7 +153,7 @@ pub(super) async fn completions(State(state): State<Arc<AppState>>, request: Req
         return Ok(stream_response(events, framer, record).into_response());
     }
     // The text as it is: no calls, no schema, no reasoning to look for.
-    let plan = OutputPlan { format: ToolFormat::Generic, tools: None, schema: None, reasoning: None };
+    let plan = OutputPlan { format: ToolFormat::generic(), tools: None, schema: None, reasoning: None };
     let answer = collect(events, AnswerShaper::new(plan, false), &record).await?;
     let choice = TextChoice {
         text: answer.ending.content.unwrap_or_default(),

@@ -134,22 +134,14 @@ impl Constraints {
     ) -> Result<Self, ApiError> {
         let tools = ToolSet::new(definitions.to_vec())?;
         tools.check_choice(choice)?;
-        let grammar = request_grammar(model.tool_format, &tools, choice, parallel, schema.as_ref());
+        let grammar = request_grammar(&model.tool_format, &tools, choice, parallel, schema.as_ref());
         let calls_allowed = !tools.is_empty() && *choice != ToolChoice::None;
         // Without calls allowed the tools stay in the prompt (so it stays cached), but a call
         // must not start.
-        let stop = if tools.is_empty() || calls_allowed {
-            Vec::new()
-        } else {
-            model.tool_format.openers().into_iter().map(String::from).collect()
-        };
-        let preserved_tokens = if tools.is_empty() {
-            Vec::new()
-        } else {
-            model.tool_format.markers().into_iter().map(String::from).collect()
-        };
+        let stop = if tools.is_empty() || calls_allowed { Vec::new() } else { model.tool_format.openers() };
+        let preserved_tokens = if tools.is_empty() { Vec::new() } else { model.tool_format.markers() };
         let output = OutputPlan {
-            format: model.tool_format,
+            format: model.tool_format.clone(),
             tools: calls_allowed.then_some(tools),
             schema,
             reasoning: model.reasoning,

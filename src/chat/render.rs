@@ -2,10 +2,10 @@
 
 use std::path::Path;
 
-use super::tools::{prepare_messages, ToolDefinition, ToolFormat};
+use super::tools::{prepare_messages, CallMemory, ParsedPiece, ToolCallParser, ToolDefinition, ToolFormat};
 use super::{
     ChatMessage, ChatTemplate, Landmarks, ModelTemplateFacts, ReasoningFormat, ReasoningSplitter, TemplateError,
-    TemplateKwargs, TemplateSource,
+    TemplateKwargs, TemplateSource, ToolCall,
 };
 
 /// A stand-in for the next user message when rendering what comes before it (private-use
@@ -28,6 +28,8 @@ pub struct ChatFormat {
     source: TemplateSource,
     tool_format: ToolFormat,
     reasoning: Option<ReasoningFormat>,
+    /// The calls the model generated, written back as generated when a client re-serializes them.
+    memory: CallMemory,
 }
 
 impl ChatFormat {
@@ -44,9 +46,9 @@ impl ChatFormat {
     /// The format of an already compiled template.
     #[must_use]
     pub fn new(template: ChatTemplate, source: TemplateSource) -> Self {
-        let tool_format = ToolFormat::detect(template.source());
         let reasoning = ReasoningFormat::detect(template.source());
-        Self { template, source, tool_format, reasoning }
+        let tool_format = ToolFormat::detect(&template, reasoning);
+        Self { template, source, tool_format, reasoning, memory: CallMemory::default() }
     }
 
     /// Where the template came from.
@@ -63,8 +65,8 @@ impl ChatFormat {
 
     /// The tool-call format the template writes.
     #[must_use]
-    pub fn tool_format(&self) -> ToolFormat {
-        self.tool_format
+    pub fn tool_format(&self) -> &ToolFormat {
+        &self.tool_format
     }
 
     /// The markers the template writes around a model's reasoning; `None` for models that do
@@ -96,7 +98,8 @@ impl ChatFormat {
         tools: &[ToolDefinition],
         kwargs: &TemplateKwargs,
     ) -> Result<RenderedChat, TemplateError> {
-        let messages = prepare_messages(self.tool_format, messages, tools);
+        let messages = self.memory.restore(messages);
+        let messages = prepare_messages(&self.tool_format, &messages, tools);
         let definitions = (self.tool_format.template_renders_tools() && !tools.is_empty())
             .then(|| serde_json::Value::Array(tools.iter().map(ToolDefinition::to_openai_json).collect()));
         let text = self.template.render(&messages, definitions.as_ref(), true, kwargs)?;
@@ -105,16 +108,46 @@ impl ChatFormat {
     }
 
     /// A reply's text as the assistant message a client sends back: reasoning (where the model
-    /// thinks) apart from the answer. `opened` tells whether the prompt opened the reasoning.
+    /// thinks) apart from the answer, and the calls in the answer (when the request offered
+    /// `tools`) apart from its text. `opened` tells whether the prompt opened the reasoning. The
+    /// calls are remembered as the model wrote them (see [`CallMemory`]).
     #[must_use]
-    pub fn reply_message(&self, reply: &str, opened: bool) -> ChatMessage {
-        let Some(format) = self.reasoning else { return ChatMessage::assistant(reply) };
-        let mut splitter = ReasoningSplitter::new(format, opened);
-        let (mut split, rest) = (splitter.push(reply), splitter.finish());
-        split.reasoning.push_str(&rest.reasoning);
-        split.content.push_str(&rest.content);
-        let mut message = ChatMessage::assistant(split.content);
-        message.reasoning = (!split.reasoning.is_empty()).then_some(split.reasoning);
+    pub fn reply_message(&self, reply: &str, opened: bool, tools: &[ToolDefinition]) -> ChatMessage {
+        let mut message = match self.reasoning {
+            None => ChatMessage::assistant(reply),
+            Some(format) => {
+                let mut splitter = ReasoningSplitter::new(format, opened);
+                let (mut split, rest) = (splitter.push(reply), splitter.finish());
+                split.reasoning.push_str(&rest.reasoning);
+                split.content.push_str(&rest.content);
+                let mut message = ChatMessage::assistant(split.content);
+                message.reasoning = (!split.reasoning.is_empty()).then_some(split.reasoning);
+                message
+            }
+        };
+        if !tools.is_empty() {
+            let mut parser = ToolCallParser::new(self.tool_format.clone());
+            let mut pieces = parser.push(&message.content);
+            let (rest, calls) = parser.finish();
+            pieces.extend(rest);
+            let calls: Vec<ToolCall> = calls
+                .into_iter()
+                .filter(|call| call.complete)
+                .enumerate()
+                .map(|(i, call)| ToolCall { id: format!("call_{i}"), name: call.name, arguments: call.arguments })
+                .collect();
+            if !calls.is_empty() {
+                message.content = pieces
+                    .into_iter()
+                    .filter_map(|piece| match piece {
+                        ParsedPiece::Content(text) => Some(text),
+                        _ => None,
+                    })
+                    .collect();
+                self.memory.remember(&calls);
+                message.tool_calls = calls;
+            }
+        }
         message
     }
 
@@ -170,7 +203,7 @@ mod tests {
         let source = "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}";
         let template = ChatTemplate::new(source, "", "").expect("compiles");
         let format = ChatFormat::new(template, TemplateSource::File("t".into()));
-        let reply = format.reply_message("Hello! \n", false);
+        let reply = format.reply_message("Hello! \n", false, &[]);
         let prefix =
             format.next_turn_prefix(&[ChatMessage::user("Hi")], &[], &TemplateKwargs::new(), reply).expect("a prefix");
         assert_eq!(prefix, "<user>Hi</user><assistant>Hello!</assistant><user>");
@@ -183,9 +216,9 @@ mod tests {
         let template = ChatTemplate::new(source, "", "").expect("compiles");
         let format = ChatFormat::new(template, TemplateSource::File("t".into()));
         assert_eq!(format.reasoning(), Some(ReasoningFormat::KNOWN[1]));
-        let reply = format.reply_message("\nHm.\n</think>\n\nHello!", true);
+        let reply = format.reply_message("\nHm.\n</think>\n\nHello!", true, &[]);
         assert_eq!((reply.reasoning.as_deref(), reply.content.as_str()), (Some("Hm."), "Hello!"));
-        let plain = chatml().reply_message("<think>x</think>y", false);
+        let plain = chatml().reply_message("<think>x</think>y", false, &[]);
         assert_eq!((plain.reasoning, plain.content.as_str()), (None, "<think>x</think>y"), "no reasoning format");
         let prefix =
             format.next_turn_prefix(&[ChatMessage::user("Hi")], &[], &TemplateKwargs::new(), reply).expect("a prefix");

@@ -18,6 +18,20 @@ pub(crate) fn tools() -> Value {
     ])
 }
 
+/// [`tools`] in the Responses API's flat shape.
+pub(crate) fn responses_tools() -> Value {
+    tools()
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| {
+            let mut flat = t["function"].clone();
+            flat["type"] = json!("function");
+            flat
+        })
+        .collect()
+}
+
 /// [`tools`] as engine-level definitions.
 pub(crate) fn tool_definitions() -> Vec<ToolDefinition> {
     tools()
@@ -61,12 +75,13 @@ pub(crate) fn check_call(name: &str, arguments: &str) -> Result<(), String> {
     }
 }
 
-/// Checks every complete call of a non-streamed answer (the token limit may cut the last one);
-/// returns how many there were. `context` starts the panic message.
+/// Checks every call of a non-streamed answer (all are complete: one the token limit cut is
+/// left out); returns how many there were. `context` starts the panic message.
 pub(crate) fn check_complete_calls(answer: &Value, context: &str) -> usize {
     let Some(calls) = answer["choices"][0]["message"]["tool_calls"].as_array() else { return 0 };
-    let complete = if answer["choices"][0]["finish_reason"] == "length" { calls.len() - 1 } else { calls.len() };
-    for call in &calls[..complete] {
+    // A call cut by the token limit is left out of the answer.
+    let complete = calls.len();
+    for call in calls {
         check_call(
             call["function"]["name"].as_str().expect("name"),
             call["function"]["arguments"].as_str().expect("arguments"),
@@ -87,7 +102,9 @@ pub(crate) fn request(system: &str, user: &str, choice: Value, extra: Value) -> 
     body
 }
 
-/// 20 forced calls (required and named, varied prompts, sampled): all parse and validate.
+/// 20 forced calls (required and named, varied prompts, sampled, parallel calls allowed): all
+/// parse and validate, and a named choice is exactly one call of that function (chat and the
+/// Responses API).
 pub(crate) async fn forced_calls_always_validate(server: &TestServer) -> (usize, usize) {
     let mut passed = (0, 0);
     for i in 0..20u64 {
@@ -100,17 +117,31 @@ pub(crate) async fn forced_calls_always_validate(server: &TestServer) -> (usize,
                 post(&server.base, &request("You are a home assistant.", user, choice, sampled.clone())).await;
             assert_eq!(status, 200, "{body}");
             let choice0 = &body["choices"][0];
-            let mut calls = choice0["message"]["tool_calls"].as_array().expect("tool_calls").clone();
+            let calls = choice0["message"]["tool_calls"].as_array().expect("tool_calls").clone();
             assert!(choice0["message"]["content"].is_null(), "no text with a forced call: {body}");
-            // Parallel calls are allowed: the token limit may cut a later call, never the first.
+            // Parallel calls are allowed with "required": the token limit may cut a later call
+            // (left out of the answer), never the first. A named choice is one call.
             match choice0["finish_reason"].as_str() {
                 Some("tool_calls") => {}
-                Some("length") => {
-                    calls.pop();
-                }
+                Some("length") if !named => {}
                 other => panic!("finish_reason {other:?}: {body}"),
             }
             assert!(!calls.is_empty(), "at least one complete call: {body}");
+            if named {
+                assert_eq!(calls.len(), 1, "a named choice is exactly one call: {body}");
+                let responses = json!({"input": [{"role": "system", "content": "You are a home assistant."},
+                    {"role": "user", "content": user}], "tools": responses_tools(),
+                    "tool_choice": {"type": "function", "name": "set_timer"}, "max_output_tokens": 96,
+                    "temperature": 0.8});
+                let (status, response) = super::post_json(&server.base, "/v1/responses", &responses).await;
+                assert_eq!(status, 200, "{response}");
+                let items: Vec<&Value> = response["output"].as_array().expect("output").iter().collect();
+                let calls: Vec<&&Value> = items.iter().filter(|item| item["type"] == "function_call").collect();
+                assert_eq!(calls.len(), 1, "a named choice is exactly one call: {response}");
+                assert_eq!(calls[0]["name"], "set_timer", "{response}");
+                check_call("set_timer", calls[0]["arguments"].as_str().expect("arguments"))
+                    .unwrap_or_else(|e| panic!("{e}: {response}"));
+            }
             for call in &calls {
                 assert!(call["id"].as_str().is_some_and(|id| id.starts_with("call_")), "{call}");
                 assert_eq!(call["type"], "function");

@@ -35,10 +35,10 @@ fn plain_text_passes_through_as_content() {
 fn a_call_streams_its_name_then_its_arguments() {
     let mut shaper = AnswerShaper::new(calls_plan(), false);
     let shaped = shaper.text(format!("Sure. {}", call_text("set_timer", "{\"minutes\": 2}")));
-    assert_eq!(content(&shaped.deltas), "Sure. ");
+    assert_eq!(content(&shaped.deltas), "Sure.", "the space before the call is layout");
     assert_eq!(started_calls(&shaped.deltas), [0]);
     let ending = shaper.finish(FinishReason::Stop).expect("an answer");
-    assert_eq!((ending.finish_reason, ending.content.as_deref()), ("tool_calls", Some("Sure. ")));
+    assert_eq!((ending.finish_reason, ending.content.as_deref()), ("tool_calls", Some("Sure.")));
     assert_eq!(ending.calls[0].function.arguments, "{\"minutes\": 2}");
     assert!(ending.calls[0].id.starts_with("call_"), "{}", ending.calls[0].id);
 }
@@ -111,7 +111,7 @@ fn a_held_call_cut_by_the_end_of_the_reply_is_sent_at_the_finish() {
     assert!(started_calls(&second.deltas).is_empty());
     let ending = shaper.finish(FinishReason::Length).expect("an answer at the token limit");
     assert_eq!(started_calls(&ending.deltas), [1]);
-    assert_eq!((ending.finish_reason, ending.calls.len()), ("length", 2));
+    assert_eq!((ending.finish_reason, ending.calls.len()), ("length", 1), "the cut call is no call");
 }
 
 #[test]
@@ -120,11 +120,18 @@ fn a_call_cut_by_a_stop_is_refused_not_returned() {
     let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"argu".into());
     let error = shaper.finish(FinishReason::Stop).err().expect("a cut call is no answer");
     assert!(matches!(&error, OutputError::CutCall { name, .. } if name == "set_timer"), "{error}");
-    // At the token limit the cut call is reported as such, with finish_reason "length".
-    let mut shaper = AnswerShaper::new(calls_plan(), false);
-    let _ = shaper.text("<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"min".into());
-    let ending = shaper.finish(FinishReason::Length).expect("an answer");
-    assert_eq!((ending.finish_reason, ending.calls.len()), ("length", 1));
+    // At the token limit the answer says "length" and carries no cut call (OpenAI's finish
+    // reason; a call with arguments `{"min` is none a client can run).
+    for cut in [
+        "<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"min",
+        "<tool_call>\n{\"name\": \"set_timer\"",
+        "<tool_call>\n{\"",
+    ] {
+        let mut shaper = AnswerShaper::new(calls_plan(), false);
+        let _ = shaper.text(cut.into());
+        let ending = shaper.finish(FinishReason::Length).expect("an answer");
+        assert_eq!((ending.finish_reason, ending.calls.len()), ("length", 0), "{cut}");
+    }
 }
 
 #[test]
@@ -161,4 +168,19 @@ fn a_json_object_opening_an_auto_reply_is_a_call() {
     let ending = shaper.finish(FinishReason::Stop).expect("an answer");
     assert_eq!((ending.finish_reason, ending.content), ("tool_calls", None));
     assert_eq!(ending.calls[0].function.arguments, "{\"minutes\": 2}");
+}
+
+#[test]
+fn whitespace_beside_a_call_is_never_content() {
+    for text in [
+        format!("\n\n{}", call_text("set_timer", "{\"minutes\": 2}")),
+        format!("{}\n \n", call_text("set_timer", "{\"minutes\": 2}")),
+    ] {
+        let mut shaper = AnswerShaper::new(calls_plan(), false);
+        let shaped = shaper.text(text.clone());
+        assert_eq!(content(&shaped.deltas), "", "{text:?}");
+        let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+        assert!(content(&ending.deltas).is_empty(), "{text:?}");
+        assert_eq!((ending.finish_reason, ending.content), ("tool_calls", None), "{text:?}");
+    }
 }

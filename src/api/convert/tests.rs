@@ -281,13 +281,13 @@ fn messages_become_chat_messages() {
 fn tools_allow_calls_unless_the_choice_is_none() {
     let auto = accepted(with("tools", weather_tools()));
     assert!(auto.output.tools.is_some() && auto.request.grammar.is_some());
-    assert_eq!(auto.request.preserved_tokens, ToolFormat::Hermes.markers());
+    assert_eq!(auto.request.preserved_tokens, ToolFormat::hermes().markers());
     assert!(auto.request.stop.is_empty());
     let mut body = with("tools", weather_tools());
     body["tool_choice"] = json!("none");
     let none = accepted(body);
     assert!(none.output.tools.is_none(), "calls are not allowed");
-    assert_eq!(none.request.stop, ToolFormat::Hermes.openers(), "a call cannot start");
+    assert_eq!(none.request.stop, ToolFormat::hermes().openers(), "a call cannot start");
     let Prompt::Chat { tools, .. } = none.request.prompt else { panic!("a chat prompt") };
     assert_eq!(tools.len(), 1, "the tools stay in the prompt");
 }

@@ -109,7 +109,7 @@ fn a_stream_adds_each_item_with_its_parts_and_completes_with_the_same_items() {
         &store,
     )
     .expect("accepted");
-    request.output.format = ToolFormat::Generic;
+    request.output.format = ToolFormat::generic();
     request.output.reasoning = Some(ReasoningFormat::KNOWN[1]);
     let events = vec![
         Event::Text("Think".into()),
@@ -155,7 +155,7 @@ fn a_stream_adds_each_item_with_its_parts_and_completes_with_the_same_items() {
     let completed = &written.last().expect("events").1["response"];
     assert_eq!(completed["output"].as_array().expect("output").iter().collect::<Vec<_>>(), done, "the streamed items");
     assert_eq!(done[0]["content"][0]["text"], "Thinking.");
-    assert_eq!(done[1]["content"][0]["text"], "Sure. ");
+    assert_eq!(done[1]["content"][0]["text"], "Sure.", "the space before the call is layout");
     assert_eq!(
         (done[2]["name"].as_str(), done[2]["arguments"].as_str()),
         (Some("set_timer"), Some("{\"minutes\": 5}"))
@@ -170,7 +170,7 @@ fn a_stream_adds_each_item_with_its_parts_and_completes_with_the_same_items() {
     let reply = turn.last().expect("the reply");
     assert_eq!(
         (reply.reasoning.as_deref(), reply.content.as_str(), reply.tool_calls.len()),
-        (Some("Thinking."), "Sure. ", 1)
+        (Some("Thinking."), "Sure.", 1)
     );
 }
 

@@ -24,7 +24,7 @@ pub(super) fn model() -> ModelInfo {
         n_vocab: 32_000,
         n_swa: None,
         template_source: TemplateSource::Gguf,
-        tool_format: ToolFormat::Hermes,
+        tool_format: ToolFormat::hermes(),
         reasoning: None,
         threads: 2,
         threads_batch: 2,
@@ -43,13 +43,13 @@ pub(super) fn timer_tool() -> ToolDefinition {
 /// Replies that may call `set_timer`, in the generic (Hermes-style) format.
 pub(super) fn calls_plan() -> OutputPlan {
     let tools = ToolSet::new(vec![timer_tool()]).expect("tools");
-    OutputPlan { format: ToolFormat::Generic, tools: Some(tools), schema: None, reasoning: None }
+    OutputPlan { format: ToolFormat::generic(), tools: Some(tools), schema: None, reasoning: None }
 }
 
 /// Plain text replies, or JSON ones matching `schema`.
 pub(super) fn text_plan(schema: Option<Value>) -> OutputPlan {
     let schema = schema.map(|s| OutputSchema::new(&s).expect("schema"));
-    OutputPlan { format: ToolFormat::Generic, tools: None, schema, reasoning: None }
+    OutputPlan { format: ToolFormat::generic(), tools: None, schema, reasoning: None }
 }
 
 /// A call as the generic format writes it.

@@ -135,7 +135,7 @@ async fn health_and_models_describe_the_loaded_model() {
     assert_eq!(status, StatusCode::OK);
     let card = &models["data"][0];
     assert_eq!((&card["id"], &card["object"]), (&"test-model".into(), &"model".into()));
-    assert_eq!((&card["meta"]["n_ctx"], &card["meta"]["tool_format"]), (&4096.into(), &"hermes".into()));
+    assert_eq!((&card["meta"]["n_ctx"], &card["meta"]["tool_format"]), (&4096.into(), &"json".into()));
 }
 
 #[tokio::test]

@@ -1,62 +1,74 @@
-//! Each model family's tool-call format: how a call is opened, written and closed, how earlier
-//! calls are written back into the prompt, and how call ids look.
+//! A model's tool-call format: the syntax its chat template writes calls in (read off the
+//! template's own rendering, see [`super::detect`]), whether the template writes the tools and
+//! earlier calls itself, and how call ids look.
 
-use serde_json::Value;
+use std::sync::Arc;
 
-use super::ToolDefinition;
-use crate::chat::ToolCall;
+use super::detect::read_syntax;
+use super::syntax::{literal_pieces, Body, Layout, Markers, Params};
+use super::{write, ToolDefinition};
+use crate::chat::{ChatMessage, ChatTemplate, ReasoningFormat, TemplateKwargs, ToolCall};
 
-/// A tool-call format, detected from the chat template.
+/// A tool-call format, detected from the chat template. Clones share one description.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolFormat(Arc<Description>);
+
+/// What a format is made of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Description {
+    family: Family,
+    layout: Layout,
+    body: Body,
+    /// Mistral's templates want call ids of 9 letters and digits.
+    short_ids: bool,
+    /// The template renders the tools but not earlier calls: they are written into the
+    /// assistant's text (LFM2, Granite 3.3).
+    calls_in_text: bool,
+}
+
+/// The kinds of call syntax, for logs, `/v1/models` and the docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ToolFormat {
-    /// Templates without tool support: firstword describes the tools in the system message and
-    /// asks for Hermes-style `<tool_call>{"name": …, "arguments": …}</tool_call>` calls.
+pub enum Family {
+    /// The template knows no tools: firstword describes them in the system message and asks
+    /// for Hermes-style `<tool_call>{"name": …, "arguments": …}</tool_call>` calls.
     Generic,
-    /// Hermes 2 Pro, Qwen 2.5/3: `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`.
-    Hermes,
+    /// A JSON object with the name and the arguments, between markers (Hermes, Qwen 2.5/3,
+    /// Mistral, Apriel, Nemotron, MiniMax-M1, Granite, Command-R).
+    Json,
+    /// The name, then the arguments as JSON (DeepSeek, Kimi K2, Magistral's
+    /// `[TOOL_CALLS]NAME[ARGS]{…}`, functionary).
+    NamedJson,
+    /// The name, then each argument between XML-style markers (Qwen3-Coder/3.5, GLM, MiniMax-M2,
+    /// Seed-OSS, DeepSeek's DSML).
+    Xml,
     /// Llama 3.x: a bare `{"name": …, "parameters": …}` object, optionally after `<|python_tag|>`.
     Llama3,
-    /// Mistral (Nemo, Small): `[TOOL_CALLS][{"name": …, "arguments": …}, …]`.
-    Mistral,
     /// Gemma 4: `<|tool_call>call:name{key:<|"|>text<|"|>,n:1}<tool_call|>`.
     Gemma4,
     /// FunctionGemma: `<start_function_call>call:name{key:<escape>text<escape>}<end_function_call>`.
     FunctionGemma,
+    /// LFM2: `<|tool_call_start|>[name(key="text")]<|tool_call_end|>` in the reply's text.
+    Pythonic,
+    /// gpt-oss's Harmony: `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}<|call|>`.
+    Harmony,
 }
 
-/// How the call after an opener is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Body {
-    /// A JSON object with `"name"` and the arguments under `args_key`.
-    Json {
-        /// `arguments` or `parameters`.
-        args_key: &'static str,
-    },
-    /// Gemma's `call:name{key:value,…}` with strings between `quote` markers.
-    Gemma {
-        /// The string delimiter.
-        quote: &'static str,
-    },
-}
-
-/// Where calls sit in the output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Layout {
-    /// Each call between `open` and `close`; several calls follow each other.
-    Tagged {
-        /// Starts a call.
-        open: &'static str,
-        /// Ends a call.
-        close: &'static str,
-    },
-    /// `open` followed by a JSON list of calls.
-    List {
-        /// Starts the list.
-        open: &'static str,
-    },
-    /// A bare JSON object starting with `{"name"` that opens the reply, or the same after
-    /// `<|python_tag|>`.
-    BareJson,
+impl Family {
+    /// A short name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Generic => "generic",
+            Self::Json => "json",
+            Self::NamedJson => "name+json",
+            Self::Xml => "xml",
+            Self::Llama3 => "llama3",
+            Self::Gemma4 => "gemma4",
+            Self::FunctionGemma => "functiongemma",
+            Self::Pythonic => "pythonic",
+            Self::Harmony => "harmony",
+        }
+    }
 }
 
 /// Llama 3's marker for a call in code-interpreter style.
@@ -65,75 +77,291 @@ pub(crate) const PYTHON_TAG: &str = "<|python_tag|>";
 pub(crate) const BARE_JSON_OPENER: &str = "{\"name\"";
 
 impl ToolFormat {
-    /// Every format, in declaration order (for tests and tools that go through them all).
-    pub const ALL: &'static [Self] =
-        &[Self::Generic, Self::Hermes, Self::Llama3, Self::Mistral, Self::Gemma4, Self::FunctionGemma];
+    fn new(family: Family, layout: Layout, body: Body) -> Self {
+        Self(Arc::new(Description { family, layout, body, short_ids: false, calls_in_text: false }))
+    }
 
-    /// Detects the format a chat template writes calls in. Templates that do not describe a
-    /// known format get [`ToolFormat::Generic`].
+    /// The format of a syntax read off a template.
+    pub(crate) fn described(layout: Layout, body: Body) -> Self {
+        let family = match &body {
+            Body::Json { .. } => Family::Json,
+            Body::NamedJson { .. } => Family::NamedJson,
+            Body::Params(_) => Family::Xml,
+            Body::Gemma { .. } => Family::Gemma4,
+            Body::Pythonic => Family::Pythonic,
+        };
+        Self::new(family, layout, body)
+    }
+
+    /// gpt-oss's Harmony calls, as the model writes them (its template writes the recipient
+    /// before the channel; the model after it): `<|channel|>commentary to=functions.NAME
+    /// <|constrain|>json<|message|>{…}<|call|>`.
     #[must_use]
-    pub fn detect(template: &str) -> Self {
-        if template.contains("<|tool_call>call:") {
-            Self::Gemma4
-        } else if template.contains("<start_function_call>") {
-            Self::FunctionGemma
-        } else if template.contains("[TOOL_CALLS]") {
-            Self::Mistral
-        } else if template.contains("<tool_call>") && !template.contains("<function=") {
-            Self::Hermes
-        } else if template.contains("<|start_header_id|>") && template.contains("tools") {
-            Self::Llama3
-        } else {
-            Self::Generic
+    pub fn harmony() -> Self {
+        let markers = Markers {
+            call_open: "<|channel|>commentary to=functions.".into(),
+            call_close: "<|call|>".into(),
+            separator: "<|start|>assistant".into(),
+            ..Markers::default()
+        };
+        Self::new(
+            Family::Harmony,
+            Layout::Markers(markers),
+            Body::NamedJson { name_close: " <|constrain|>json<|message|>".into() },
+        )
+    }
+
+    fn json_in(markers: Markers) -> Layout {
+        Layout::Markers(markers)
+    }
+
+    fn json_body(args_key: &str) -> Body {
+        Body::Json { name_key: "name".into(), args_key: args_key.into() }
+    }
+
+    /// Templates without tool support: the tools described in the system message, Hermes-style
+    /// calls.
+    #[must_use]
+    pub fn generic() -> Self {
+        Self::new(Family::Generic, Self::json_in(Self::hermes_markers()), Self::json_body("arguments"))
+    }
+
+    fn hermes_markers() -> Markers {
+        Markers {
+            call_open: "<tool_call>\n".into(),
+            call_close: "\n</tool_call>".into(),
+            separator: "\n".into(),
+            ..Markers::default()
         }
+    }
+
+    /// Hermes 2 Pro, Qwen 2.5/3: `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`.
+    #[must_use]
+    pub fn hermes() -> Self {
+        Self::new(Family::Json, Self::json_in(Self::hermes_markers()), Self::json_body("arguments"))
+    }
+
+    /// Llama 3.x's bare JSON calls.
+    #[must_use]
+    pub fn llama3() -> Self {
+        Self::new(Family::Llama3, Layout::BareJson, Self::json_body("parameters"))
+    }
+
+    /// Mistral Nemo and Small: `[TOOL_CALLS][{"name": …, "arguments": …}, …]`, 9-character ids.
+    #[must_use]
+    pub fn mistral() -> Self {
+        let markers =
+            Markers { open: "[TOOL_CALLS][".into(), separator: ", ".into(), close: "]".into(), ..Markers::default() };
+        Self::new(Family::Json, Layout::Markers(markers), Self::json_body("arguments")).with_short_ids()
+    }
+
+    /// The same format with Mistral's call ids.
+    fn with_short_ids(self) -> Self {
+        Self(Arc::new(Description { short_ids: true, ..(*self.0).clone() }))
+    }
+
+    /// Gemma 4.
+    #[must_use]
+    pub fn gemma4() -> Self {
+        let markers =
+            Markers { call_open: "<|tool_call>".into(), call_close: "<tool_call|>".into(), ..Markers::default() };
+        Self::new(Family::Gemma4, Layout::Markers(markers), Body::Gemma { quote: "<|\"|>" })
+    }
+
+    /// FunctionGemma.
+    #[must_use]
+    pub fn function_gemma() -> Self {
+        let markers = Markers {
+            call_open: "<start_function_call>".into(),
+            call_close: "<end_function_call>".into(),
+            ..Markers::default()
+        };
+        Self::new(Family::FunctionGemma, Layout::Markers(markers), Body::Gemma { quote: "<escape>" })
+    }
+
+    /// LFM2's pythonic calls.
+    #[must_use]
+    pub fn lfm2() -> Self {
+        let markers = Markers {
+            open: "<|tool_call_start|>[".into(),
+            separator: ", ".into(),
+            close: "]<|tool_call_end|>".into(),
+            ..Markers::default()
+        };
+        Self::new(Family::Pythonic, Layout::Markers(markers), Body::Pythonic).with_calls_in_text()
+    }
+
+    /// Granite 3.3's `<|tool_call|>[{"name": …, "arguments": …}]`, which its template does not
+    /// render in the history.
+    #[must_use]
+    pub fn granite() -> Self {
+        let markers =
+            Markers { open: "<|tool_call|>[".into(), separator: ", ".into(), close: "]".into(), ..Markers::default() };
+        Self::new(Family::Json, Layout::Markers(markers), Self::json_body("arguments")).with_calls_in_text()
+    }
+
+    /// The same format, its calls written into the assistant's text in the history.
+    fn with_calls_in_text(self) -> Self {
+        Self(Arc::new(Description { calls_in_text: true, ..(*self.0).clone() }))
+    }
+
+    /// Qwen3-Coder and Qwen3.5's XML-style calls, as their templates write them.
+    #[must_use]
+    pub fn qwen3_coder() -> Self {
+        let markers = Markers {
+            call_open: "<tool_call>\n<function=".into(),
+            call_close: "</function>\n</tool_call>".into(),
+            separator: "\n".into(),
+            ..Markers::default()
+        };
+        let params = Params {
+            name_close: ">\n".into(),
+            key_open: "<parameter=".into(),
+            key_close: ">\n".into(),
+            key_close_json: ">\n".into(),
+            value_close: "\n</parameter>\n".into(),
+        };
+        Self::new(Family::Xml, Layout::Markers(markers), Body::Params(params))
+    }
+
+    /// DeepSeek V3.1's calls: the name, `<｜tool▁sep｜>`, the JSON arguments.
+    #[must_use]
+    pub fn deepseek_v3() -> Self {
+        let markers = Markers {
+            open: "<｜tool▁calls▁begin｜>".into(),
+            call_open: "<｜tool▁call▁begin｜>".into(),
+            call_close: "<｜tool▁call▁end｜>".into(),
+            close: "<｜tool▁calls▁end｜>".into(),
+            ..Markers::default()
+        };
+        Self::new(Family::NamedJson, Layout::Markers(markers), Body::NamedJson { name_close: "<｜tool▁sep｜>".into() })
+    }
+
+    /// One format of each kind (for tests and tools that go through them all).
+    #[must_use]
+    pub fn examples() -> Vec<Self> {
+        vec![
+            Self::generic(),
+            Self::hermes(),
+            Self::llama3(),
+            Self::mistral(),
+            Self::gemma4(),
+            Self::function_gemma(),
+            Self::lfm2(),
+            Self::qwen3_coder(),
+            Self::deepseek_v3(),
+            Self::harmony(),
+        ]
+    }
+
+    /// Detects the format `template` writes calls in: explicit handlers where a syntax cannot
+    /// be read off a rendering (Llama 3's bare JSON, Gemma's value syntax, LFM2's calls in
+    /// text), else the syntax read off the template's rendering of sentinel calls; templates
+    /// that write no calls get [`ToolFormat::generic`].
+    #[must_use]
+    pub fn detect(template: &ChatTemplate, reasoning: Option<ReasoningFormat>) -> Self {
+        let source = template.source();
+        let explicit = if source.contains("<|tool_call>call:") {
+            Some(Self::gemma4())
+        } else if source.contains("<start_function_call>") {
+            Some(Self::function_gemma())
+        } else if source.contains("<|tool_call_start|>") || source.contains("<|tool_list_start|>") {
+            Some(Self::lfm2())
+        } else if source.contains("<|tool_call|>") && source.contains("<|start_of_role|>") {
+            Some(Self::granite())
+        } else if source.contains("<|start_header_id|>") && source.contains("\"parameters\": ") {
+            Some(Self::llama3())
+        } else if source.contains("<|channel|>") && source.contains("functions.") {
+            Some(Self::harmony())
+        } else {
+            None
+        };
+        let format = explicit.unwrap_or_else(|| {
+            let render = |messages: &[ChatMessage], tools: &[ToolDefinition], generation: bool| {
+                let definitions = serde_json::Value::Array(tools.iter().map(ToolDefinition::to_openai_json).collect());
+                template.render(messages, Some(&definitions), generation, &TemplateKwargs::new()).ok()
+            };
+            match read_syntax(&render, reasoning) {
+                Some((layout, body)) => Self::described(layout, body),
+                None => Self::generic(),
+            }
+        });
+        if source.contains("length 9") {
+            format.with_short_ids()
+        } else {
+            format
+        }
+    }
+
+    /// The kind of syntax.
+    #[must_use]
+    pub fn family(&self) -> Family {
+        self.0.family
     }
 
     /// A short name for logs and `/v1/models`.
     #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Generic => "generic",
-            Self::Hermes => "hermes",
-            Self::Llama3 => "llama3",
-            Self::Mistral => "mistral",
-            Self::Gemma4 => "gemma4",
-            Self::FunctionGemma => "functiongemma",
-        }
+    pub fn name(&self) -> &'static str {
+        self.0.family.name()
     }
 
-    /// Whether the chat template itself renders `tools` and assistant `tool_calls`; otherwise
-    /// firstword writes them into the messages (see [`super::prepare_messages`]).
+    /// The family and the text that opens calls (`xml <tool_call>`), for the docs.
     #[must_use]
-    pub fn template_renders_tools(self) -> bool {
-        self != Self::Generic
-    }
-
-    pub(crate) fn layout(self) -> Layout {
-        match self {
-            Self::Generic | Self::Hermes => Layout::Tagged { open: "<tool_call>", close: "</tool_call>" },
-            Self::Llama3 => Layout::BareJson,
-            Self::Mistral => Layout::List { open: "[TOOL_CALLS]" },
-            Self::Gemma4 => Layout::Tagged { open: "<|tool_call>", close: "<tool_call|>" },
-            Self::FunctionGemma => Layout::Tagged { open: "<start_function_call>", close: "<end_function_call>" },
+    pub fn summary(&self) -> String {
+        match self.openers().first() {
+            Some(opener) if self.family() != Family::Generic => format!("{} {opener}", self.name()),
+            _ => self.name().to_string(),
         }
     }
 
-    pub(crate) fn body(self) -> Body {
-        match self {
-            Self::Llama3 => Body::Json { args_key: "parameters" },
-            Self::Gemma4 => Body::Gemma { quote: "<|\"|>" },
-            Self::FunctionGemma => Body::Gemma { quote: "<escape>" },
-            Self::Generic | Self::Hermes | Self::Mistral => Body::Json { args_key: "arguments" },
+    /// Whether the chat template itself renders `tools`; otherwise firstword writes them into
+    /// the system message (see [`super::prepare_messages`]).
+    #[must_use]
+    pub fn template_renders_tools(&self) -> bool {
+        self.0.family != Family::Generic
+    }
+
+    /// Whether the chat template renders an assistant's `tool_calls`; otherwise firstword
+    /// writes them into its text, as the model wrote them.
+    #[must_use]
+    pub fn template_renders_calls(&self) -> bool {
+        self.0.family != Family::Generic && !self.0.calls_in_text
+    }
+
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+
+    pub(crate) fn body(&self) -> &Body {
+        &self.0.body
+    }
+
+    /// The markers the parser follows: Llama 3's optional `<|python_tag|>` as a call's open.
+    pub(crate) fn parser_markers(&self) -> Markers {
+        match self.layout() {
+            Layout::Markers(markers) => markers.clone(),
+            Layout::BareJson => Markers { call_open: PYTHON_TAG.into(), ..Markers::default() },
         }
+    }
+
+    /// How a call's body begins, where that alone tells a next call (a JSON object).
+    pub(crate) fn body_start(&self) -> Option<char> {
+        matches!(self.body(), Body::Json { .. }).then_some('{')
+    }
+
+    /// Whether a reply may hold several calls (Llama 3 writes one per message).
+    #[must_use]
+    pub fn parallel_calls(&self) -> bool {
+        *self.layout() != Layout::BareJson
     }
 
     /// Texts that start a call wherever they appear in free text: the triggers of a lazy
     /// grammar, and stop strings when calls are not allowed.
     #[must_use]
-    pub fn openers(self) -> Vec<&'static str> {
+    pub fn openers(&self) -> Vec<String> {
         match self.layout() {
-            Layout::Tagged { open, .. } | Layout::List { open } => vec![open],
-            Layout::BareJson => vec![PYTHON_TAG],
+            Layout::Markers(markers) => vec![markers.opener()],
+            Layout::BareJson => vec![PYTHON_TAG.to_string()],
         }
     }
 
@@ -141,55 +369,60 @@ impl ToolFormat {
     /// Llama 3's bare `{"name"`. Elsewhere they are ordinary text, so they are never stop
     /// strings.
     #[must_use]
-    pub fn anchored_openers(self) -> Vec<&'static str> {
+    pub fn anchored_openers(&self) -> Vec<String> {
         match self.layout() {
-            Layout::BareJson => vec![BARE_JSON_OPENER],
-            Layout::Tagged { .. } | Layout::List { .. } => Vec::new(),
+            Layout::BareJson => vec![BARE_JSON_OPENER.to_string()],
+            Layout::Markers(_) => Vec::new(),
         }
     }
 
     /// The arguments key of a bare JSON call opening the reply (`{"name": …, KEY: {…}}`): the
     /// format's own for JSON formats, OpenAI's `arguments` for the others.
-    pub(crate) fn bare_args_key(self) -> &'static str {
+    pub(crate) fn bare_args_key(&self) -> String {
         match self.body() {
-            Body::Json { args_key } => args_key,
-            Body::Gemma { .. } => "arguments",
+            Body::Json { args_key, .. } => args_key.clone(),
+            _ => "arguments".into(),
         }
     }
 
     /// Every marker of the format (openers, closers, quotes): the special tokens that must
     /// be shown as text for the parser to see them.
     #[must_use]
-    pub fn markers(self) -> Vec<&'static str> {
+    pub fn markers(&self) -> Vec<String> {
         let mut markers = match self.layout() {
-            Layout::Tagged { open, close } => vec![open, close],
-            Layout::List { open } => vec![open],
-            Layout::BareJson => vec![PYTHON_TAG],
+            Layout::Markers(markers) => markers.pieces(),
+            Layout::BareJson => vec![PYTHON_TAG.to_string()],
         };
-        if let Body::Gemma { quote } = self.body() {
-            markers.push(quote);
+        match self.body() {
+            Body::Gemma { quote } => markers.push((*quote).to_string()),
+            Body::NamedJson { name_close } => markers.extend(literal_pieces(name_close)),
+            Body::Params(params) => markers.extend(params.pieces()),
+            Body::Json { .. } | Body::Pythonic => {}
         }
+        markers.dedup();
         markers
     }
 
     /// A fresh call id. Mistral's templates require 9 alphanumerics; others use OpenAI's style.
     #[must_use]
-    pub fn new_call_id(self) -> String {
-        match self {
-            Self::Mistral => std::iter::repeat_with(fastrand::alphanumeric).take(9).collect(),
-            _ => format!("call_{}", std::iter::repeat_with(fastrand::alphanumeric).take(24).collect::<String>()),
+    pub fn new_call_id(&self) -> String {
+        if self.0.short_ids {
+            std::iter::repeat_with(fastrand::alphanumeric).take(9).collect()
+        } else {
+            format!("call_{}", std::iter::repeat_with(fastrand::alphanumeric).take(24).collect::<String>())
         }
     }
 
-    /// A call as the generic format writes it (the form the grammar and the tool prompt use),
-    /// so a call sent back in the history renders to the text the model generated.
-    pub(crate) fn write_generic_call(call: &ToolCall) -> String {
-        let arguments = call.arguments.trim();
-        let arguments = if arguments.is_empty() { "{}" } else { arguments };
-        format!(
-            "<tool_call>\n{{\"name\": {}, \"arguments\": {arguments}}}\n</tool_call>",
-            Value::String(call.name.clone())
-        )
+    /// `calls` as this format writes them (the form the grammar produces), so calls sent back
+    /// in the history render to the text the model generated.
+    #[must_use]
+    pub fn write_calls(&self, calls: &[ToolCall], tools: &[ToolDefinition]) -> String {
+        match self.layout() {
+            Layout::Markers(markers) => write::section(markers, self.body(), calls, tools),
+            Layout::BareJson => {
+                calls.iter().map(|call| write::call_text(self.body(), call, 0, tools)).collect::<Vec<_>>().join("\n")
+            }
+        }
     }
 }
 
@@ -214,26 +447,32 @@ pub(crate) fn generic_tool_prompt(tools: &[ToolDefinition]) -> String {
 mod tests {
     use super::*;
 
+    fn detect(source: &str) -> ToolFormat {
+        let template = ChatTemplate::new(source, "", "").expect("compiles");
+        ToolFormat::detect(&template, ReasoningFormat::detect(source))
+    }
+
     #[test]
-    fn formats_are_detected_from_template_markers() {
-        assert_eq!(ToolFormat::detect("{{ '<tool_call>\\n' }}{{ tool_call.name }}"), ToolFormat::Hermes);
-        assert_eq!(ToolFormat::detect("{{ '[TOOL_CALLS][' }}"), ToolFormat::Mistral);
-        assert_eq!(
-            ToolFormat::detect("<|start_header_id|>ipython{% if tools %}{{ '\"parameters\": ' }}{% endif %}"),
-            ToolFormat::Llama3
-        );
-        assert_eq!(ToolFormat::detect("{{- '<|tool_call>call:' + function['name'] -}}"), ToolFormat::Gemma4);
-        assert_eq!(ToolFormat::detect("<start_function_call>call:"), ToolFormat::FunctionGemma);
-        assert_eq!(ToolFormat::detect("<tool_call>\n<function={{ name }}>"), ToolFormat::Generic);
-        assert_eq!(ToolFormat::detect("<|im_start|>{{ message['role'] }}"), ToolFormat::Generic);
+    fn explicit_formats_are_detected_from_their_markers() {
+        assert_eq!(detect("{{- '<|tool_call>call:' + function['name'] -}}"), ToolFormat::gemma4());
+        assert_eq!(detect("<start_function_call>call:"), ToolFormat::function_gemma());
+        assert_eq!(detect("<|im_start|>{{ message['role'] }}"), ToolFormat::generic());
+    }
+
+    #[test]
+    fn a_template_that_writes_hermes_calls_is_read_as_hermes() {
+        let source = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}{% endif %}\
+            {% for c in m.tool_calls or [] %}{% if not loop.first %}{{ '\\n' }}{% endif %}<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}\
+            <|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        assert_eq!(detect(source), ToolFormat::hermes());
     }
 
     #[test]
     fn mistral_ids_fit_its_template() {
-        let id = ToolFormat::Mistral.new_call_id();
+        let id = ToolFormat::mistral().new_call_id();
         assert_eq!(id.len(), 9);
         assert!(id.chars().all(|c| c.is_ascii_alphanumeric()));
-        assert!(ToolFormat::Hermes.new_call_id().starts_with("call_"));
+        assert!(ToolFormat::hermes().new_call_id().starts_with("call_"));
     }
 
     #[test]
@@ -254,7 +493,7 @@ mod tests {
             .ends_with("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"));
         let call = ToolCall { id: "c".into(), name: "get_weather".into(), arguments: r#"{"city": "Paris"}"#.into() };
         assert_eq!(
-            ToolFormat::write_generic_call(&call),
+            ToolFormat::generic().write_calls(&[call], &[]),
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
         );
     }

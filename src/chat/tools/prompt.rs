@@ -7,7 +7,9 @@ use crate::chat::{ChatMessage, Role};
 /// The messages to render for a conversation offering `tools` (possibly none).
 ///
 /// Templates with native tool support get the messages unchanged (they render `tools`,
-/// `tool_calls` and tool results themselves). For the others ([`ToolFormat::Generic`]):
+/// `tool_calls` and tool results themselves); templates that render the tools but not the calls
+/// (LFM2's) get each assistant's calls written into its text as the format writes them. For the
+/// others ([`ToolFormat::generic`]):
 /// - the tool definitions and the call format are appended to the system message (one is
 ///   added if there is none), identically on every turn, so the prefix stays cached; only
 ///   when there are tools;
@@ -18,9 +20,12 @@ use crate::chat::{ChatMessage, Role};
 /// The history is written so on every turn, with or without tools: a follow-up without
 /// `tools` still shows the model what it called and what came back.
 #[must_use]
-pub fn prepare_messages(format: ToolFormat, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Vec<ChatMessage> {
-    if format.template_renders_tools() {
+pub fn prepare_messages(format: &ToolFormat, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Vec<ChatMessage> {
+    if format.template_renders_calls() {
         return messages.to_vec();
+    }
+    if format.template_renders_tools() {
+        return messages.iter().map(|message| with_calls_in_text(format, message, tools)).collect();
     }
     let mut prepared: Vec<ChatMessage> = Vec::with_capacity(messages.len() + 1);
     if !tools.is_empty() {
@@ -35,15 +40,21 @@ pub fn prepare_messages(format: ToolFormat, messages: &[ChatMessage], tools: &[T
     let skip = usize::from(!tools.is_empty() && messages.first().is_some_and(|m| m.role == Role::System));
     for message in &messages[skip..] {
         prepared.push(match message.role {
-            Role::Assistant if !message.tool_calls.is_empty() => {
-                let calls: Vec<String> = message.tool_calls.iter().map(ToolFormat::write_generic_call).collect();
-                ChatMessage::assistant(format!("{}{}", message.content, calls.join("\n")))
-            }
+            Role::Assistant => with_calls_in_text(format, message, tools),
             Role::Tool => ChatMessage::user(format!("<tool_response>\n{}\n</tool_response>", message.content)),
             _ => message.clone(),
         });
     }
     prepared
+}
+
+/// An assistant message with its calls written after its text, as the model wrote them.
+fn with_calls_in_text(format: &ToolFormat, message: &ChatMessage, tools: &[ToolDefinition]) -> ChatMessage {
+    if message.role != Role::Assistant || message.tool_calls.is_empty() {
+        return message.clone();
+    }
+    let calls = format.write_calls(&message.tool_calls, tools);
+    ChatMessage { content: format!("{}{calls}", message.content), tool_calls: Vec::new(), ..message.clone() }
 }
 
 #[cfg(test)]
@@ -70,7 +81,7 @@ mod tests {
         let mut result = ChatMessage::new(Role::Tool, "{\"temp\": 3}");
         result.tool_call_id = Some("call_1".into());
         let messages = vec![ChatMessage::system("Be brief."), ChatMessage::user("Weather?"), assistant, result];
-        let prepared = prepare_messages(ToolFormat::Generic, &messages, &[tool()]);
+        let prepared = prepare_messages(&ToolFormat::generic(), &messages, &[tool()]);
         assert_eq!(prepared.len(), 4);
         assert!(prepared[0].content.starts_with("Be brief.\n\n# Tools"), "{}", prepared[0].content);
         assert_eq!(
@@ -89,7 +100,7 @@ mod tests {
         let mut result = ChatMessage::new(Role::Tool, "sunny");
         result.tool_call_id = Some("c".into());
         let messages = vec![ChatMessage::system("Be brief."), ChatMessage::user("Weather?"), assistant, result];
-        let prepared = prepare_messages(ToolFormat::Generic, &messages, &[]);
+        let prepared = prepare_messages(&ToolFormat::generic(), &messages, &[]);
         assert_eq!(prepared[0], ChatMessage::system("Be brief."), "no tool definitions without tools");
         assert_eq!(prepared[2].content, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>");
         assert_eq!(prepared[3], ChatMessage::user("<tool_response>\nsunny\n</tool_response>"));
@@ -97,7 +108,7 @@ mod tests {
 
     #[test]
     fn generic_adds_a_system_message_when_there_is_none() {
-        let prepared = prepare_messages(ToolFormat::Generic, &[ChatMessage::user("Hi")], &[tool()]);
+        let prepared = prepare_messages(&ToolFormat::generic(), &[ChatMessage::user("Hi")], &[tool()]);
         assert_eq!(prepared[0].role, Role::System);
         assert_eq!(prepared[1], ChatMessage::user("Hi"));
     }
@@ -105,6 +116,6 @@ mod tests {
     #[test]
     fn native_formats_leave_messages_to_the_template() {
         let messages = vec![ChatMessage::user("Hi")];
-        assert_eq!(prepare_messages(ToolFormat::Hermes, &messages, &[tool()]), messages);
+        assert_eq!(prepare_messages(&ToolFormat::hermes(), &messages, &[tool()]), messages);
     }
 }

@@ -1,6 +1,8 @@
 //! Tool definitions and JSON output schemas, checked once per request: names, schemas the
 //! grammar converter accepts, and compiled validators for what the model returns.
 
+use std::sync::{Arc, OnceLock};
+
 use serde_json::Value;
 
 use super::gbnf;
@@ -110,6 +112,113 @@ pub(crate) struct CheckedTool {
     pub arguments_grammar: String,
     /// The prefix of this tool's grammar rules.
     pub rule_prefix: String,
+    /// The declared arguments, in their order (formats that write arguments one by one).
+    pub properties: Vec<Property>,
+    /// Whether the schema declares no arguments but allows any (`{"type": "object"}`).
+    pub open_properties: bool,
+    /// The JSON grammars of the arguments' values, made when a format first needs them.
+    property_grammars: Arc<OnceLock<String>>,
+}
+
+/// One declared argument of a tool.
+#[derive(Clone, Debug)]
+pub(crate) struct Property {
+    /// Its name.
+    pub name: String,
+    /// Whether the schema requires it.
+    pub required: bool,
+    /// What its values are.
+    pub kind: PropertyKind,
+    /// The root rule of its value's JSON grammar (see [`CheckedTool::property_grammars`]).
+    pub json_rule: String,
+    /// Its schema (with the tool's definitions, so references resolve).
+    schema: Value,
+}
+
+/// What an argument's values are, as formats that write values their own way need to know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PropertyKind {
+    /// Any string.
+    Text,
+    /// One of these strings.
+    Choice(Vec<String>),
+    /// An integer.
+    Integer,
+    /// A number.
+    Number,
+    /// `true` or `false`.
+    Boolean,
+    /// Anything else (objects, lists, unions).
+    Other,
+}
+
+impl PropertyKind {
+    fn of(schema: &Value) -> Self {
+        let choices = schema
+            .get("enum")
+            .and_then(Value::as_array)
+            .and_then(|values| values.iter().map(|v| v.as_str().map(String::from)).collect::<Option<Vec<String>>>());
+        if let Some(choices) = choices.filter(|c| !c.is_empty()) {
+            return Self::Choice(choices);
+        }
+        match schema.get("type").and_then(Value::as_str) {
+            Some("string") if schema.get("pattern").is_none() && schema.get("const").is_none() => Self::Text,
+            Some("integer") => Self::Integer,
+            Some("number") => Self::Number,
+            Some("boolean") => Self::Boolean,
+            _ => Self::Other,
+        }
+    }
+}
+
+impl CheckedTool {
+    /// GBNF for every argument's value as JSON, rules prefixed so that argument `j`'s root is
+    /// its `json_rule`; an argument whose schema the converter refuses takes any JSON value.
+    pub(crate) fn property_grammars(&self) -> &str {
+        self.property_grammars.get_or_init(|| {
+            let mut out = String::new();
+            for (j, property) in self.properties.iter().enumerate() {
+                let prefix = format!("{}p{j}-", self.rule_prefix);
+                let grammar = schema_grammar(&property.schema, &prefix)
+                    .or_else(|_| schema_grammar(&serde_json::json!({}), &prefix))
+                    .unwrap_or_default();
+                out.push_str(&grammar);
+                out.push('\n');
+            }
+            out
+        })
+    }
+}
+
+/// The declared arguments of `schema`, in order, with the schema's definitions beside each.
+fn properties(root: &Value, rule_prefix: &str) -> Vec<Property> {
+    let required: Vec<&str> = root
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(declared) = root.get("properties").and_then(Value::as_object) else { return Vec::new() };
+    declared
+        .iter()
+        .enumerate()
+        .map(|(j, (name, property))| {
+            let mut schema = property.clone();
+            if let Value::Object(map) = &mut schema {
+                for defs in ["$defs", "definitions"] {
+                    if let Some(found) = root.get(defs) {
+                        map.entry(defs).or_insert_with(|| found.clone());
+                    }
+                }
+            }
+            Property {
+                name: name.clone(),
+                required: required.contains(&name.as_str()),
+                kind: PropertyKind::of(property),
+                json_rule: format!("{rule_prefix}p{j}-root"),
+                schema,
+            }
+        })
+        .collect()
 }
 
 /// The tools of one request, checked: unique valid names, usable schemas. Clones share the
@@ -143,7 +252,17 @@ impl ToolSet {
             let validator = jsonschema::validator_for(&spec.parameters).map_err(|e| unusable(e.to_string()))?;
             let rule_prefix = format!("fw-t{index}-");
             let arguments_grammar = schema_grammar(&spec.parameters, &rule_prefix).map_err(unusable)?;
-            tools.push(CheckedTool { spec, validator, arguments_grammar, rule_prefix });
+            let properties = properties(&spec.parameters, &rule_prefix);
+            let open_properties = spec.parameters.get("properties").is_none();
+            tools.push(CheckedTool {
+                spec,
+                validator,
+                arguments_grammar,
+                rule_prefix,
+                properties,
+                open_properties,
+                property_grammars: Arc::default(),
+            });
         }
         Ok(Self { tools })
     }

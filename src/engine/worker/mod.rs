@@ -223,7 +223,7 @@ impl<'m> Session<'m> {
             n_vocab: model.n_vocab(),
             n_swa,
             template_source: chat.source().clone(),
-            tool_format: chat.tool_format(),
+            tool_format: chat.tool_format().clone(),
             reasoning: chat.reasoning(),
             threads: config.threads,
             threads_batch: config.threads_batch,
@@ -283,6 +283,11 @@ impl<'m> Session<'m> {
                 self.sequence.save_pending_checkpoint();
                 // What GET /cache shows once the client has its answer.
                 self.publish_cache_status();
+                // The reply's calls are remembered before the client has them: its next turn
+                // (rendered when it is submitted) writes them back as the model wrote them.
+                if let Prompt::Chat { tools, .. } = &request.prompt {
+                    let _ = self.chat.reply_message(&text, reasoning_opened, tools);
+                }
                 let _ = events.send(finished);
                 if let Some(prompt_text) = prompt_text {
                     let prompt = shortened.as_ref().unwrap_or(&request.prompt);
@@ -465,7 +470,7 @@ impl<'m> Session<'m> {
         }
         let next_prefix = match prompt {
             Prompt::Chat { messages, tools, template_kwargs } if self.anticipate => {
-                let reply = self.chat.reply_message(reply, reasoning_opened);
+                let reply = self.chat.reply_message(reply, reasoning_opened, tools);
                 self.chat.next_turn_prefix(messages, tools, template_kwargs, reply)
             }
             _ => None,

@@ -1,9 +1,8 @@
 //! Scanning Gemma's `call:name{key:value,…}` call syntax, converting it to JSON as it streams.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{flush, partial_suffix, ScanEvent};
+use super::{flush, partial_suffix, ScanEvent, ToolKeys};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum GemmaStage {
@@ -26,8 +25,8 @@ pub(super) struct GemmaCall {
     expect_key: bool,
     key: String,
     in_string: bool,
-    /// The argument names of each tool, by tool name.
-    keys: Arc<HashMap<String, Vec<String>>>,
+    /// The arguments of each tool.
+    keys: Arc<ToolKeys>,
     /// The argument names of the called tool (the only keys the grammar allows at the top).
     arguments: Vec<String>,
 }
@@ -39,7 +38,7 @@ impl GemmaCall {
         self.stage == GemmaStage::Done
     }
 
-    pub(super) fn new(quote: &'static str, keys: Arc<HashMap<String, Vec<String>>>) -> Self {
+    pub(super) fn new(quote: &'static str, keys: Arc<ToolKeys>) -> Self {
         Self {
             quote,
             stage: GemmaStage::Prefix,
@@ -82,7 +81,7 @@ impl GemmaCall {
             }
             GemmaStage::Name if c == '{' => {
                 let name = self.name.trim().to_string();
-                self.arguments = self.keys.get(&name).cloned().unwrap_or_default();
+                self.arguments = self.keys.names.get(&name).cloned().unwrap_or_default();
                 events.push(ScanEvent::Name(name));
                 self.stage = GemmaStage::Body;
                 Some(0)

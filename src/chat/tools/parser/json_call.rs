@@ -17,11 +17,12 @@ enum JsonStage {
     Failed,
 }
 
-/// Scans `{"name": "…", "arguments": {…}}` (keys in any order, others skipped), streaming the
+/// Scans `{"name": "…", "arguments": {…}}` (the format's own keys, in any order, others skipped), streaming the
 /// arguments' text. Arguments written before the name are held until the name is known.
 #[derive(Debug)]
 pub(super) struct JsonCall {
-    args_key: &'static str,
+    name_key: String,
+    args_key: String,
     stage: JsonStage,
     /// Raw text of the key or name string being read, quotes included.
     raw: String,
@@ -42,9 +43,10 @@ impl JsonCall {
         self.stage == JsonStage::Failed
     }
 
-    pub(super) fn new(args_key: &'static str) -> Self {
+    pub(super) fn new(name_key: &str, args_key: &str) -> Self {
         Self {
-            args_key,
+            name_key: name_key.to_string(),
+            args_key: args_key.to_string(),
             stage: JsonStage::Open,
             raw: String::new(),
             escaped: false,
@@ -98,7 +100,7 @@ impl JsonCall {
                 }
             }
             S::Colon => self.stage = if c == ':' { S::ValueStart } else { S::Failed },
-            S::ValueStart if self.key == "name" && c == '"' => self.start_string(S::NameString),
+            S::ValueStart if self.key == self.name_key && c == '"' => self.start_string(S::NameString),
             S::ValueStart => {
                 self.value = ValueScan::default();
                 self.stage = S::Value;
@@ -154,7 +156,7 @@ impl JsonCall {
 
 /// Follows one JSON value character by character to find where it ends.
 #[derive(Debug, Default)]
-struct ValueScan {
+pub(super) struct ValueScan {
     started: bool,
     depth: u32,
     in_string: bool,
@@ -162,7 +164,7 @@ struct ValueScan {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum ValueStep {
+pub(super) enum ValueStep {
     /// The character belongs to the value, which goes on.
     Inside,
     /// The character was the value's last.
@@ -172,7 +174,8 @@ enum ValueStep {
 }
 
 impl ValueScan {
-    fn step(&mut self, c: char) -> ValueStep {
+    /// Reads the next character of the value.
+    pub(super) fn step(&mut self, c: char) -> ValueStep {
         if !self.started {
             self.started = true;
             match c {

@@ -1,17 +1,30 @@
 //! The streaming parser: model text in, content and tool-call pieces out, as soon as each is
 //! certain. Markers never reach the content; a call's name is reported the moment it is known
 //! and its arguments as they are written.
+//!
+//! The format's markers are matched leniently about whitespace (a run of whitespace in a marker
+//! matches any run, or none, in the text): the grammar writes them exactly, and text written
+//! without one is read the same.
 
 mod gemma_call;
 mod json_call;
+mod literal;
+mod named_call;
+mod params_call;
+mod pythonic_call;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use gemma_call::GemmaCall;
 use json_call::JsonCall;
+use literal::{match_literal, Match};
+use named_call::NamedCall;
+use params_call::ParamsCall;
+use pythonic_call::PythonicCall;
 
-use super::format::{Body, Layout, ToolFormat};
+use super::format::ToolFormat;
+use super::syntax::{Body, Markers};
 use super::ToolSet;
 
 /// A piece of parsed output, in output order.
@@ -46,30 +59,48 @@ pub struct ParsedCall {
     pub complete: bool,
 }
 
-/// What to expect after an opener or a call.
-#[derive(Clone, Copy, Debug)]
-enum Expected {
-    /// Whitespace, then a call.
+/// What comes after a marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Then {
+    /// A call.
     Call,
-    /// Whitespace, then `[` opening a list of calls.
-    ListStart,
-    /// Whitespace, then `,` (another call) or `]`.
-    ListNext,
-    /// Whitespace, then the closing marker.
-    Close(&'static str),
+    /// Another call, the close of the section, or the end of the calls.
+    AfterCall,
+    /// Text again: the section is closed.
+    Content,
 }
 
 #[derive(Debug)]
 enum State {
     Content,
-    Expect(Expected),
+    /// The rest of a marker, then what follows it.
+    Marker(String, Then),
     Call(CallScanner),
+    AfterCall,
+}
+
+/// What the parser knows of the tools: each tool's argument names, and those whose values
+/// are not strings.
+#[derive(Debug, Default)]
+pub(crate) struct ToolKeys {
+    /// The argument names of each tool, by tool name.
+    pub names: HashMap<String, Vec<String>>,
+    /// The arguments of each tool whose schema gives a type other than string.
+    pub json: HashMap<String, Vec<String>>,
+}
+
+impl ToolKeys {
+    /// Whether argument `key` of `tool` takes JSON (not raw text) in parameter formats.
+    pub(crate) fn is_json(&self, tool: &str, key: &str) -> bool {
+        self.json.get(tool).is_some_and(|keys| keys.iter().any(|k| k == key))
+    }
 }
 
 /// Splits a model's output into content and tool calls, incrementally.
 #[derive(Debug)]
 pub struct ToolCallParser {
     format: ToolFormat,
+    markers: Markers,
     state: State,
     /// Text received but not yet consumed.
     buffer: String,
@@ -79,11 +110,10 @@ pub struct ToolCallParser {
     /// Nothing but whitespace has been received: a bare JSON call may still open the reply.
     opening: bool,
     /// Texts that start a bare JSON call where they open the reply.
-    anchored: Vec<&'static str>,
-    /// Whether the call being scanned is a bare JSON call (not in the format's layout).
+    anchored: Vec<String>,
+    /// Whether the call being scanned is a bare JSON call (not in the format's markers).
     bare_call: bool,
-    /// The argument names of each tool, by tool name.
-    keys: Arc<HashMap<String, Vec<String>>>,
+    keys: Arc<ToolKeys>,
 }
 
 impl ToolCallParser {
@@ -92,35 +122,40 @@ impl ToolCallParser {
     #[must_use]
     pub fn new(format: ToolFormat) -> Self {
         Self {
+            markers: format.parser_markers(),
+            anchored: format.anchored_openers(),
             format,
             state: State::Content,
             buffer: String::new(),
             calls: Vec::new(),
             after_call: false,
             opening: true,
-            anchored: format.anchored_openers(),
             bare_call: false,
             keys: Arc::default(),
         }
     }
 
-    /// Tells the parser the argument names of `tools`: a Gemma call's key then ends at the
-    /// longest argument name followed by `:`, so names containing `:` are read whole (the
-    /// grammar allows only these names).
+    /// Tells the parser the arguments of `tools`: a Gemma call's key then ends at the longest
+    /// argument name followed by `:` (names may contain `:`), and parameter formats know which
+    /// values are JSON rather than text.
     #[must_use]
     pub fn with_tools(mut self, tools: &ToolSet) -> Self {
-        let keys = tools
-            .specs()
-            .map(|spec| {
-                let names = spec
-                    .parameters
-                    .get("properties")
-                    .and_then(serde_json::Value::as_object)
-                    .map(|p| p.keys().cloned().collect())
-                    .unwrap_or_default();
-                (spec.name.clone(), names)
-            })
-            .collect();
+        let mut keys = ToolKeys::default();
+        for spec in tools.specs() {
+            let properties = spec.parameters.get("properties").and_then(serde_json::Value::as_object);
+            let names = properties.map(|p| p.keys().cloned().collect()).unwrap_or_default();
+            let json = properties
+                .map(|p| {
+                    p.iter()
+                        .filter(|(_, schema)| schema.get("type").and_then(serde_json::Value::as_str) != Some("string"))
+                        .filter(|(_, schema)| schema.get("type").is_some() || schema.get("enum").is_none())
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            keys.names.insert(spec.name.clone(), names);
+            keys.json.insert(spec.name.clone(), json);
+        }
         self.keys = Arc::new(keys);
         self
     }
@@ -130,7 +165,7 @@ impl ToolCallParser {
     /// where the grammar makes such a reply a call.
     #[must_use]
     pub fn with_json_object_calls(mut self) -> Self {
-        self.anchored = vec!["{"];
+        self.anchored = vec!["{".to_string()];
         self
     }
 
@@ -143,7 +178,7 @@ impl ToolCallParser {
     }
 
     /// Ends the reply: releases held-back text and returns the last pieces with all calls.
-    /// Unfinished call syntax (generation stopped inside a call's envelope, or in the opener of
+    /// Unfinished call syntax (generation stopped inside a call's markers, or in the opener of
     /// a call after other calls) is not content.
     #[must_use]
     pub fn finish(mut self) -> (Vec<ParsedPiece>, Vec<ParsedCall>) {
@@ -166,10 +201,24 @@ impl ToolCallParser {
     fn step(&mut self, out: &mut Vec<ParsedPiece>) -> bool {
         match &mut self.state {
             State::Content => self.step_content(out),
-            State::Expect(next) => {
-                let next = *next;
-                self.step_expect(next)
+            State::Marker(rest, then) => {
+                let then = *then;
+                match match_literal(&self.buffer, rest) {
+                    Match::Full(used) => {
+                        self.buffer.drain(..used);
+                        self.enter(then);
+                        true
+                    }
+                    Match::Partial => false,
+                    // Not the format after all (only possible without a grammar): text again.
+                    Match::No => {
+                        self.after_call = true;
+                        self.state = State::Content;
+                        true
+                    }
+                }
             }
+            State::AfterCall => self.step_after_call(),
             State::Call(scanner) => {
                 let mut events = Vec::new();
                 let consumed = scanner.feed(&self.buffer, &mut events);
@@ -190,20 +239,38 @@ impl ToolCallParser {
                 if let Some(call) = self.calls.last_mut() {
                     call.complete = true;
                 }
-                self.state = match self.format.layout() {
-                    _ if self.bare_call => {
-                        self.after_call = true;
-                        State::Content
-                    }
-                    Layout::Tagged { close, .. } => State::Expect(Expected::Close(close)),
-                    Layout::List { .. } => State::Expect(Expected::ListNext),
-                    Layout::BareJson => {
-                        self.after_call = true;
-                        State::Content
-                    }
-                };
+                if self.bare_call {
+                    self.after_call = true;
+                    self.state = State::Content;
+                } else {
+                    self.state = State::Marker(self.markers.call_close.clone(), Then::AfterCall);
+                }
                 true
             }
+        }
+    }
+
+    fn enter(&mut self, then: Then) {
+        self.state = match then {
+            Then::Call => {
+                self.bare_call = false;
+                State::Call(self.scanner())
+            }
+            Then::AfterCall => State::AfterCall,
+            Then::Content => {
+                self.after_call = true;
+                State::Content
+            }
+        };
+    }
+
+    fn scanner(&self) -> CallScanner {
+        match self.format.body() {
+            Body::Json { name_key, args_key } => CallScanner::Json(JsonCall::new(name_key, args_key)),
+            Body::NamedJson { name_close } => CallScanner::Named(NamedCall::new(name_close)),
+            Body::Params(params) => CallScanner::Params(ParamsCall::new(params.clone(), Arc::clone(&self.keys))),
+            Body::Gemma { quote } => CallScanner::Gemma(GemmaCall::new(quote, Arc::clone(&self.keys))),
+            Body::Pythonic => CallScanner::Pythonic(PythonicCall::default()),
         }
     }
 
@@ -215,82 +282,81 @@ impl ToolCallParser {
                 return false;
             }
             self.opening = false;
-            if self.anchored.iter().any(|o| rest.starts_with(o)) {
+            if self.anchored.iter().any(|o| rest.starts_with(o.as_str())) {
                 // The whitespace before the call is not content; the opener is the start of
                 // the call's JSON, left to the scanner.
                 let lead = self.buffer.len() - rest.len();
                 self.buffer.drain(..lead);
                 self.bare_call = true;
-                self.state = State::Call(CallScanner::Json(JsonCall::new(self.format.bare_args_key())));
+                self.state = State::Call(CallScanner::Json(JsonCall::new("name", &self.format.bare_args_key())));
                 return true;
             }
         }
         let openers = self.format.openers();
-        let found = openers.iter().filter_map(|o| self.buffer.find(o).map(|at| (at, *o))).min_by_key(|&(at, _)| at);
+        let found = openers
+            .iter()
+            .filter_map(|o| self.buffer.find(o.as_str()).map(|at| (at, o.len())))
+            .min_by_key(|&(at, _)| at);
         match found {
-            Some((at, opener)) => {
+            Some((at, opener_len)) => {
                 let before: String = self.buffer.drain(..at).collect();
-                self.emit_content(&before, out);
-                self.state = match self.format.layout() {
-                    Layout::Tagged { .. } | Layout::BareJson => State::Expect(Expected::Call),
-                    Layout::List { .. } => State::Expect(Expected::ListStart),
-                };
-                self.buffer.drain(..opener.len());
+                // Whitespace before a call is layout (templates write a newline there).
+                self.emit_content(before.trim_end(), out);
+                self.buffer.drain(..opener_len);
+                let head = format!("{}{}", self.markers.open, self.markers.call_open);
+                let rest = head.trim_start().get(opener_len..).unwrap_or_default().to_string();
+                self.state = State::Marker(rest, Then::Call);
                 true
             }
             None => {
                 let hold = openers.iter().map(|o| partial_suffix(&self.buffer, o)).max().unwrap_or(0);
-                let emit: String = self.buffer.drain(..self.buffer.len() - hold).collect();
+                // Trailing whitespace waits too: it is content only if text follows it.
+                let emit_len = self.buffer[..self.buffer.len() - hold].trim_end().len();
+                let emit: String = self.buffer.drain(..emit_len).collect();
                 self.emit_content(&emit, out);
                 false
             }
         }
     }
 
-    fn step_expect(&mut self, next: Expected) -> bool {
-        let trimmed = self.buffer.trim_start().len();
-        self.buffer.drain(..self.buffer.len() - trimmed);
-        let Some(first) = self.buffer.chars().next() else { return false };
-        match next {
-            Expected::Call => self.start_call(),
-            Expected::ListStart if first == '[' => {
-                self.buffer.drain(..1);
-                self.state = State::Expect(Expected::Call);
-                true
-            }
-            Expected::ListNext if first == ',' => {
-                self.buffer.drain(..1);
-                self.state = State::Expect(Expected::Call);
-                true
-            }
-            Expected::Close(close) if self.buffer.starts_with(close) => {
-                self.buffer.drain(..close.len());
-                self.after_call = true;
-                self.state = State::Content;
-                true
-            }
-            Expected::Close(close) if close.starts_with(self.buffer.as_str()) => false,
-            Expected::ListNext if first == ']' => {
-                self.buffer.drain(..1);
-                self.after_call = true;
-                self.state = State::Content;
-                true
-            }
-            // Anything else: lenient, go back to text (only reachable without a grammar).
-            _ => {
-                self.after_call = true;
-                self.state = State::Content;
-                true
+    /// After a call's close: the separator or the next call's open (another call), the
+    /// section's close, or anything else (the calls are over).
+    fn step_after_call(&mut self) -> bool {
+        let lead = self.buffer.len() - self.buffer.trim_start().len();
+        self.buffer.drain(..lead);
+        if self.buffer.is_empty() {
+            return false;
+        }
+        let Markers { separator, call_open, close, .. } = &self.markers;
+        let mut choices: Vec<(String, State)> = Vec::new();
+        if !separator.trim().is_empty() {
+            choices.push((format!("{separator}{call_open}"), State::Marker(String::new(), Then::Call)));
+        } else if !call_open.trim().is_empty() {
+            choices.push((call_open.clone(), State::Marker(String::new(), Then::Call)));
+        } else if self.format.body_start().is_some_and(|c| self.buffer.starts_with(c)) {
+            self.state = State::Marker(String::new(), Then::Call);
+            return true;
+        }
+        if !close.trim().is_empty() {
+            choices.push((close.clone(), State::Marker(String::new(), Then::Content)));
+        }
+        let mut waiting = false;
+        for (marker, next) in choices {
+            match match_literal(&self.buffer, &marker) {
+                Match::Full(used) => {
+                    self.buffer.drain(..used);
+                    self.state = next;
+                    return true;
+                }
+                Match::Partial => waiting = true,
+                Match::No => {}
             }
         }
-    }
-
-    fn start_call(&mut self) -> bool {
-        self.bare_call = false;
-        self.state = State::Call(match self.format.body() {
-            Body::Json { args_key } => CallScanner::Json(JsonCall::new(args_key)),
-            Body::Gemma { quote } => CallScanner::Gemma(GemmaCall::new(quote, Arc::clone(&self.keys))),
-        });
+        if waiting {
+            return false;
+        }
+        self.after_call = true;
+        self.state = State::Content;
         true
     }
 
@@ -331,6 +397,11 @@ pub(super) fn partial_suffix(text: &str, marker: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Whether `c` may be part of a function name (the names [`ToolSet`] accepts).
+pub(super) fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
 /// What a call scanner found.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum ScanEvent {
@@ -341,7 +412,10 @@ pub(super) enum ScanEvent {
 #[derive(Debug)]
 enum CallScanner {
     Json(JsonCall),
+    Named(NamedCall),
+    Params(ParamsCall),
     Gemma(GemmaCall),
+    Pythonic(PythonicCall),
 }
 
 impl CallScanner {
@@ -349,21 +423,30 @@ impl CallScanner {
     fn feed(&mut self, input: &str, events: &mut Vec<ScanEvent>) -> usize {
         match self {
             Self::Json(call) => call.feed(input, events),
+            Self::Named(call) => call.feed(input, events),
+            Self::Params(call) => call.feed(input, events),
             Self::Gemma(call) => call.feed(input, events),
+            Self::Pythonic(call) => call.feed(input, events),
         }
     }
 
     fn is_done(&self) -> bool {
         match self {
             Self::Json(call) => call.is_done(),
+            Self::Named(call) => call.is_done(),
+            Self::Params(call) => call.is_done(),
             Self::Gemma(call) => call.is_done(),
+            Self::Pythonic(call) => call.is_done(),
         }
     }
 
     fn failed(&self) -> bool {
         match self {
             Self::Json(call) => call.failed(),
+            Self::Named(call) => call.failed(),
+            Self::Params(call) => call.failed(),
             Self::Gemma(_) => false,
+            Self::Pythonic(call) => call.failed(),
         }
     }
 }
@@ -374,5 +457,6 @@ pub(super) fn flush(arguments: &mut String, events: &mut Vec<ScanEvent>) {
         events.push(ScanEvent::Arguments(std::mem::take(arguments)));
     }
 }
+
 #[cfg(test)]
 mod tests;

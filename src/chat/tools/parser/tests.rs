@@ -5,7 +5,7 @@ use super::*;
 /// Parses `output` fed in two pieces split at every character boundary (and in one piece),
 /// checking each split gives the same content, calls and argument text.
 fn parse_every_split(format: ToolFormat, output: &str) -> (String, Vec<ParsedCall>) {
-    parse_every_split_with(&|| ToolCallParser::new(format), output)
+    parse_every_split_with(&|| ToolCallParser::new(format.clone()), output)
 }
 
 fn parse_every_split_with(parser: &dyn Fn() -> ToolCallParser, output: &str) -> (String, Vec<ParsedCall>) {
@@ -55,8 +55,8 @@ fn call(name: &str, arguments: &str) -> ParsedCall {
 #[test]
 fn hermes_text_then_two_calls() {
     let output = "Let me check. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\", \"note\": \"a \\\"}\\\" b\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"set_timer\", \"arguments\": {\"minutes\": 5}}\n</tool_call>";
-    let (content, calls) = parse_every_split(ToolFormat::Hermes, output);
-    assert_eq!(content, "Let me check. ");
+    let (content, calls) = parse_every_split(ToolFormat::hermes(), output);
+    assert_eq!(content, "Let me check.");
     assert_eq!(
         calls,
         vec![
@@ -69,7 +69,7 @@ fn hermes_text_then_two_calls() {
 #[test]
 fn generic_plain_text_passes_through_whole() {
     let output = "No tools needed: 3 < 4 and <b>bold</b> <tool_ is not a call.";
-    let (content, calls) = parse_every_split(ToolFormat::Generic, output);
+    let (content, calls) = parse_every_split(ToolFormat::generic(), output);
     assert_eq!(content, output);
     assert!(calls.is_empty());
 }
@@ -77,7 +77,7 @@ fn generic_plain_text_passes_through_whole() {
 #[test]
 fn arguments_before_the_name_are_held_until_the_name() {
     let output = "<tool_call>{\"arguments\": {\"a\": [1, {\"b\": null}]}, \"name\": \"f\"}</tool_call>";
-    let (content, calls) = parse_every_split(ToolFormat::Hermes, output);
+    let (content, calls) = parse_every_split(ToolFormat::hermes(), output);
     assert_eq!(content, "");
     assert_eq!(calls, vec![call("f", "{\"a\": [1, {\"b\": null}]}")]);
 }
@@ -85,40 +85,44 @@ fn arguments_before_the_name_are_held_until_the_name() {
 #[test]
 fn llama3_bare_json_and_python_tag() {
     let output = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
-    let (content, calls) = parse_every_split(ToolFormat::Llama3, output);
+    let (content, calls) = parse_every_split(ToolFormat::llama3(), output);
     assert_eq!((content.as_str(), calls), ("", vec![call("get_weather", "{\"city\": \"Paris\"}")]));
     let tagged = "<|python_tag|>{\"name\": \"set_timer\", \"parameters\": {\"minutes\": 3}}";
-    let (content, calls) = parse_every_split(ToolFormat::Llama3, tagged);
+    let (content, calls) = parse_every_split(ToolFormat::llama3(), tagged);
     assert_eq!((content.as_str(), calls), ("", vec![call("set_timer", "{\"minutes\": 3}")]));
 }
 
 #[test]
 fn llama3_bare_json_counts_only_where_it_opens_the_reply() {
     let output = " \n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
-    let (content, calls) = parse_every_split(ToolFormat::Llama3, output);
+    let (content, calls) = parse_every_split(ToolFormat::llama3(), output);
     assert_eq!((content.as_str(), calls), ("", vec![call("get_weather", "{\"city\": \"Paris\"}")]));
     let inside = "Call it like this: {\"name\": \"get_weather\", \"parameters\": {}} and done.";
-    let (content, calls) = parse_every_split(ToolFormat::Llama3, inside);
+    let (content, calls) = parse_every_split(ToolFormat::llama3(), inside);
     assert_eq!((content.as_str(), calls), (inside, vec![]), "a call inside text is text");
     let object = "{\"city\": \"Paris\"}";
-    assert_eq!(parse_every_split(ToolFormat::Llama3, object), (object.to_string(), vec![]));
+    assert_eq!(parse_every_split(ToolFormat::llama3(), object), (object.to_string(), vec![]));
 }
 
 #[test]
 fn a_json_object_opening_the_reply_is_a_call_in_every_format() {
     let bare = "{\"name\": \"set_timer\", \"arguments\": {\"minutes\": 2}}";
-    for format in
-        [ToolFormat::Generic, ToolFormat::Hermes, ToolFormat::Mistral, ToolFormat::Gemma4, ToolFormat::FunctionGemma]
-    {
-        let parser = || ToolCallParser::new(format).with_json_object_calls();
+    for format in [
+        ToolFormat::generic(),
+        ToolFormat::hermes(),
+        ToolFormat::mistral(),
+        ToolFormat::gemma4(),
+        ToolFormat::function_gemma(),
+    ] {
+        let parser = || ToolCallParser::new(format.clone()).with_json_object_calls();
         let (content, calls) = parse_every_split_with(&parser, &format!("\n {bare}"));
         assert_eq!((content.as_str(), calls), ("", vec![call("set_timer", "{\"minutes\": 2}")]), "{format:?}");
         let text = format!("Sure: {bare}");
         assert_eq!(parse_every_split_with(&parser, &text), (text.clone(), vec![]), "{format:?}: inside text");
         // Without the option (a response format is given), a JSON reply is content.
-        assert_eq!(parse_every_split(format, bare), (bare.to_string(), vec![]), "{format:?}");
+        assert_eq!(parse_every_split(format.clone(), bare), (bare.to_string(), vec![]), "{format:?}");
     }
-    let parser = || ToolCallParser::new(ToolFormat::Llama3).with_json_object_calls();
+    let parser = || ToolCallParser::new(ToolFormat::llama3()).with_json_object_calls();
     let llama = "{\"name\": \"set_timer\", \"parameters\": {\"minutes\": 2}}";
     assert_eq!(parse_every_split_with(&parser, llama), (String::new(), vec![call("set_timer", "{\"minutes\": 2}")]));
     let (content, _) = parse_pieces_with(parser(), &["  "]);
@@ -134,7 +138,7 @@ fn gemma_keys_may_contain_colons() {
             "a": {"type": "integer"}, "a:b": {"type": "string"}, "c": {"type": "object"}}}),
     }])
     .expect("tools");
-    let parser = || ToolCallParser::new(ToolFormat::Gemma4).with_tools(&tools);
+    let parser = || ToolCallParser::new(ToolFormat::gemma4()).with_tools(&tools);
     let output = "<|tool_call>call:f{a:b:<|\"|>x:y<|\"|>,a:1,c:{d:2}}<tool_call|>";
     let (content, calls) = parse_every_split_with(&parser, output);
     assert_eq!(content, "");
@@ -146,7 +150,7 @@ fn gemma_keys_may_contain_colons() {
 #[test]
 fn mistral_list_with_ids_skipped() {
     let output = "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}, \"id\": \"abc123def\"}, {\"name\": \"b\", \"arguments\": {}}]";
-    let (content, calls) = parse_every_split(ToolFormat::Mistral, output);
+    let (content, calls) = parse_every_split(ToolFormat::mistral(), output);
     assert_eq!(content, "");
     assert_eq!(calls, vec![call("a", "{\"x\": 1}"), call("b", "{}")]);
 }
@@ -154,7 +158,7 @@ fn mistral_list_with_ids_skipped() {
 #[test]
 fn gemma4_calls_become_json() {
     let output = "Sure.<|tool_call>call:get_weather{city:<|\"|>São \"Paulo\"<|\"|>,days:3,flags:[true,null],opts:{deep:-1.5e2}}<tool_call|>";
-    let (content, calls) = parse_every_split(ToolFormat::Gemma4, output);
+    let (content, calls) = parse_every_split(ToolFormat::gemma4(), output);
     assert_eq!(content, "Sure.");
     assert_eq!(
         calls,
@@ -170,14 +174,14 @@ fn gemma4_calls_become_json() {
 #[test]
 fn function_gemma_with_escape_quotes_and_empty_arguments() {
     let output = "<start_function_call>call:set_timer{minutes:<escape>5<escape>}<end_function_call><start_function_call>call:stop{}<end_function_call>";
-    let (content, calls) = parse_every_split(ToolFormat::FunctionGemma, output);
+    let (content, calls) = parse_every_split(ToolFormat::function_gemma(), output);
     assert_eq!(content, "");
     assert_eq!(calls, vec![call("set_timer", "{\"minutes\":\"5\"}"), call("stop", "{}")]);
 }
 
 #[test]
 fn an_unfinished_call_is_reported_incomplete() {
-    let mut parser = ToolCallParser::new(ToolFormat::Hermes);
+    let mut parser = ToolCallParser::new(ToolFormat::hermes());
     let pieces = parser.push("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": ");
     assert_eq!(
         pieces,
@@ -193,21 +197,21 @@ fn an_unfinished_call_is_reported_incomplete() {
 #[test]
 fn an_unfinished_closer_is_not_content() {
     let (content, calls) =
-        parse_in_pieces(ToolFormat::Generic, &["<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_c"]);
+        parse_in_pieces(ToolFormat::generic(), &["<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_c"]);
     assert_eq!(content, "");
     assert_eq!(calls, vec![call("f", "{}")]);
     let (content, _) = parse_in_pieces(
-        ToolFormat::Generic,
+        ToolFormat::generic(),
         &["<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool"],
     );
     assert_eq!(content, "", "the start of a next call is not content");
-    let (content, _) = parse_in_pieces(ToolFormat::Generic, &["Is 3 <"]);
+    let (content, _) = parse_in_pieces(ToolFormat::generic(), &["Is 3 <"]);
     assert_eq!(content, "Is 3 <", "without calls, a trailing '<' is text");
 }
 
 #[test]
 fn the_name_is_reported_before_the_arguments_are_written() {
-    let mut parser = ToolCallParser::new(ToolFormat::Generic);
+    let mut parser = ToolCallParser::new(ToolFormat::generic());
     assert_eq!(
         parser.push("<tool_call>\n{\"name\": \"get_weather\""),
         vec![ParsedPiece::CallStart { index: 0, name: "get_weather".into() }]
@@ -216,7 +220,57 @@ fn the_name_is_reported_before_the_arguments_are_written() {
 
 #[test]
 fn malformed_call_without_grammar_falls_back_to_text() {
-    let (content, calls) = parse_in_pieces(ToolFormat::Hermes, &["<tool_call>oops</tool_call> done"]);
+    let (content, calls) = parse_in_pieces(ToolFormat::hermes(), &["<tool_call>oops</tool_call> done"]);
     assert!(calls.is_empty());
     assert!(!content.contains("<tool_call>"), "{content}");
+}
+
+fn weather_tools() -> crate::chat::tools::ToolSet {
+    crate::chat::tools::ToolSet::new(vec![crate::chat::tools::ToolDefinition {
+        name: "get_weather".into(),
+        description: None,
+        parameters: serde_json::json!({"type": "object", "properties": {
+            "city": {"type": "string"}, "days": {"type": "integer"}, "alerts": {"type": "boolean"}}}),
+    }])
+    .expect("tools")
+}
+
+#[test]
+fn qwen3_coder_parameters_become_json() {
+    let tools = weather_tools();
+    let parser = || ToolCallParser::new(ToolFormat::qwen3_coder()).with_tools(&tools);
+    let output = "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSão <Paulo>\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=alerts>\nTrue\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n</function>\n</tool_call>";
+    let (content, calls) = parse_every_split_with(&parser, output);
+    assert_eq!(content, "Let me look.");
+    assert_eq!(
+        calls,
+        vec![
+            call("get_weather", "{\"city\": \"São <Paulo>\", \"days\": 3, \"alerts\": true}"),
+            call("get_weather", "{}")
+        ]
+    );
+}
+
+#[test]
+fn deepseek_and_kimi_names_then_json() {
+    let output = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>set_timer<｜tool▁sep｜>{\"minutes\": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    let (content, calls) = parse_every_split(ToolFormat::deepseek_v3(), output);
+    assert_eq!(
+        (content.as_str(), calls),
+        ("", vec![call("get_weather", "{\"city\": \"Oslo\"}"), call("set_timer", "{\"minutes\": 2}")])
+    );
+}
+
+#[test]
+fn lfm2_pythonic_calls_become_json() {
+    let output = "<|tool_call_start|>[get_weather(city=\"New, \\\"York\\\"\", days=2), set_timer(minutes=5)]<|tool_call_end|>Done.";
+    let (content, calls) = parse_every_split(ToolFormat::lfm2(), output);
+    assert_eq!(content, "Done.");
+    assert_eq!(
+        calls,
+        vec![
+            call("get_weather", "{\"city\": \"New, \\\"York\\\"\", \"days\": 2}"),
+            call("set_timer", "{\"minutes\": 5}")
+        ]
+    );
 }
