@@ -137,7 +137,7 @@ impl AllowedHosts {
     pub fn admits(&self, host: &str) -> bool {
         let Self::Names(names) = self else { return true };
         let name = normalize(strip_port(host));
-        is_ip_address(&name) || names.iter().any(|allowed| *allowed == name)
+        is_ip_address(&name) || names.contains(&name)
     }
 }
 
