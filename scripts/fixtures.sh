@@ -10,6 +10,10 @@
 #   models/tiny-tekken.gguf       `llama`, 2 blocks, tokenizer.ggml.pre = "tekken": llama.cpp
 #                                 splits with std::regex (no custom splitter), which recurses per
 #                                 character of a long run of e.g. spaces (~15 MB)
+#   models/tiny-deepseek3.gguf    the same with tokenizer.ggml.pre = "deepseek-v3" (letters and
+#                                 combining marks are one run) (~15 MB)
+#   models/tiny-exaone-moe.gguf   the same with "exaone-moe" (words joined by single spaces are
+#                                 one run) (~15 MB)
 #   models/tiny-lfm2.gguf         `lfm2` hybrid: conv, conv, attention, conv blocks; llama.cpp can
 #                                 roll its recurrent state back (~15 MB)
 #   models/tiny-mamba.gguf        `mamba`, 2 blocks: recurrent, no rollback (~15 MB)
@@ -61,6 +65,6 @@ make_fixture() {
 
 make_fixture models/tiny-mtp.gguf "$mtp_generator" --tokenizer-from "$tokenizer"
 make_fixture models/tiny-mtp-vocab260.gguf "$mtp_generator" --tiny-vocab
-for kind in tekken lfm2 mamba gemma2; do
+for kind in tekken deepseek3 exaone-moe lfm2 mamba gemma2; do
   make_fixture "models/tiny-$kind.gguf" "$models_generator" --kind "$kind" --tokenizer-from "$tokenizer"
 done

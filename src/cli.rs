@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use firstword::api::{ApiKeys, CorsOrigins, ServeOptions};
+use firstword::api::{AllowedHosts, ApiKeys, CorsOrigins, ServeOptions};
 use firstword::bench::{BenchConfig, Outputs, Target, Weights};
 use firstword::engine::{
     ContextOverflow, EngineConfig, EngineError, FlashAttention, Prompt, SpecMode, SpeculationConfig, SpeculationError,
@@ -213,16 +213,22 @@ pub(crate) struct ServerArgs {
     /// Off by default: browsers refuse cross-origin calls.
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     pub cors_origins: Vec<String>,
+    /// Also serve requests addressed to this host name (repeatable; comma-separated in the
+    /// variable; `*` for any). localhost, IP addresses and --host are always served; any other
+    /// name gets 403, so a web page cannot reach the server by DNS rebinding. Name the machine's
+    /// host names here when clients use them (`--host 0.0.0.0` on a home network).
+    #[arg(long = "allowed-host", value_name = "NAME", env = "FIRSTWORD_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
     /// Largest request body accepted, in bytes (413 beyond it).
     #[arg(long = "max-body-bytes", value_name = "BYTES", env = "FIRSTWORD_MAX_BODY_BYTES", default_value_t = ServeOptions::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
 }
 
 impl ServerArgs {
-    /// The HTTP server's options: body limit, API keys (read from the key file), CORS.
+    /// The HTTP server's options: body limit, API keys (read from the key file), CORS, host names.
     ///
     /// # Errors
-    /// The key file cannot be read or holds no key; a CORS origin is not valid.
+    /// The key file cannot be read or holds no key; a CORS origin or host name is not valid.
     pub(crate) fn serve_options(&self) -> anyhow::Result<ServeOptions> {
         let mut keys: Vec<String> = self.api_key.iter().cloned().collect();
         if let Some(path) = &self.api_key_file {
@@ -238,10 +244,13 @@ impl ServerArgs {
             anyhow::bail!("--api-key is empty");
         }
         let cors_origins = CorsOrigins::parse(&self.cors_origins).map_err(|e| anyhow::anyhow!("--cors-origin: {e}"))?;
+        let allowed_hosts =
+            AllowedHosts::parse(&self.host, &self.allowed_hosts).map_err(|e| anyhow::anyhow!("--allowed-host: {e}"))?;
         Ok(ServeOptions {
             max_body_bytes: self.max_body_bytes,
             api_keys: ApiKeys::new(keys),
             cors_origins,
+            allowed_hosts,
             responses_store: self.responses_store,
             ..ServeOptions::default()
         })

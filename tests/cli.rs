@@ -367,7 +367,7 @@ fn a_cache_directory_other_users_can_write_to_is_refused_with_the_fix() {
 }
 
 #[test]
-fn an_api_key_guards_every_route_but_health_and_an_open_bind_without_one_warns() {
+fn an_api_key_guards_every_route_but_health_and_an_open_bind_without_one_warns_and_serves_only_allowed_hosts() {
     let reaper = Reaper::default();
     let dir = std::env::temp_dir().join(format!("firstword-cli-keys-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -395,10 +395,37 @@ fn an_api_key_guards_every_route_but_health_and_an_open_bind_without_one_warns()
     assert!(status.success());
     assert!(!log.contains("sk-home-1"), "{log}");
 
-    // Beyond loopback without a key: a warning at start.
-    let (child, _, lines, startup) = serve_smollm2(&["--host", "0.0.0.0"]);
+    // Beyond loopback without a key: a warning at start. A DNS-rebinding page (its domain
+    // resolved to this machine: Host and Origin both name it) reads and uses nothing; a name
+    // the user allowed is served.
+    let (child, port, lines, startup) = serve_smollm2(&["--host", "0.0.0.0", "--allowed-host", "homelab.lan"]);
     reaper.watch(&child);
     assert!(startup.iter().any(|l| l.contains("WARN") && l.contains("without an API key")), "{startup:?}");
+    runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+        let evil = format!("evil.example:{port}");
+        let chat = serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+        let rebound = client
+            .post(url("/v1/chat/completions"))
+            .header("host", &evil)
+            .header("origin", format!("http://{evil}"))
+            .json(&chat)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(rebound.status(), 403);
+        let body: serde_json::Value = rebound.json().await.expect("JSON");
+        assert_eq!(body["error"]["code"], "host_not_allowed", "{body}");
+        for path in ["/cache", "/health", "/v1/models"] {
+            let read = client.get(url(path)).header("host", &evil).send().await.expect("request");
+            assert_eq!(read.status(), 403, "{path}");
+        }
+        let named = client.get(url("/cache")).header("host", format!("homelab.lan:{port}")).send().await;
+        assert_eq!(named.expect("request").status(), 200);
+        let local = client.post(url("/v1/chat/completions")).header("host", format!("localhost:{port}")).json(&chat);
+        assert_eq!(local.send().await.expect("request").status(), 200);
+    });
     let _ = stop(child, lines, "-TERM");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -147,6 +147,54 @@ async fn long_runs_of_one_character_do_not_overflow_the_tokenizer() {
     }
 }
 
+async fn tokenize(base: &str, content: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/tokenize"))
+        .json(&json!({"content": content}))
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .expect("POST /tokenize: the server answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON"))
+}
+
+fn user_says(content: &str) -> Value {
+    json!({"messages": [{"role": "user", "content": content}], "max_tokens": 2})
+}
+
+/// DeepSeek-V3's pre-tokenizer matches letters and combining marks as one word
+/// (`[\p{L}\p{M}]+`) through `std::regex`: 500,000 decomposed "á" (a letter and U+0301 each)
+/// overflowed the 256 MiB tokenizing stack and killed the process (through `/tokenize` and
+/// through a chat message). EXAONE-MoE's joins words separated by single spaces: 1,000,000
+/// "a " is one match there. Each is a 400 now, and the server serves the next request; on
+/// DeepSeek-V3 the spaced letters are short words, tokenized.
+#[tokio::test]
+async fn marks_and_space_joined_words_cannot_overflow_a_regex_pre_tokenizer() {
+    let decomposed = "a\u{301}".repeat(500_000);
+    let spaced = "a ".repeat(1_000_000);
+    let deepseek = spawn_server(Engine::start(test_config(model_path("tiny-deepseek3.gguf"))).expect("fixture loads"));
+    let (status, answer) = tokenize(&deepseek.base, &decomposed).await;
+    assert_refused("/tokenize, 500,000 decomposed á on DeepSeek-V3", status, &answer, "prompt_run_too_long");
+    let (status, answer) = post(&deepseek.base, &user_says(&decomposed)).await;
+    assert_refused("a chat message of 500,000 decomposed á", status, &answer, "prompt_run_too_long");
+    assert_eq!(health(&deepseek.base).await, 200);
+    let (status, answer) = tokenize(&deepseek.base, &spaced).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["tokens"].as_array().is_some_and(|t| t.len() >= 1_000_000), "one token per word at least");
+    let (status, answer) = post(&deepseek.base, &user_says("Say hi.")).await;
+    assert_eq!(status, 200, "{answer}");
+
+    let exaone = spawn_server(Engine::start(test_config(model_path("tiny-exaone-moe.gguf"))).expect("fixture loads"));
+    let (status, answer) = tokenize(&exaone.base, &spaced).await;
+    assert_refused("/tokenize, 1,000,000 \"a \" on EXAONE-MoE", status, &answer, "prompt_run_too_long");
+    let (status, answer) = post(&exaone.base, &user_says(&spaced)).await;
+    assert_refused("a chat message of 1,000,000 \"a \"", status, &answer, "prompt_run_too_long");
+    let (status, answer) = post(&exaone.base, &user_says("Say hi.")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(health(&exaone.base).await, 200);
+}
+
 /// Fed text the post-reply re-tokenization and a library caller can send too: the engine
 /// itself refuses an over-long run with an error event, never a crash.
 #[test]

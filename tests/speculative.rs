@@ -203,11 +203,15 @@ fn forced_tool_call() -> Value {
             "name": "get_weather",
             "description": "Current weather for a city",
             "parameters": {"type": "object", "properties": {
-                "city": {"type": "string"},
+                "city": {"type": "string", "maxLength": 16},
                 "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}
             }, "required": ["city", "unit"]}
         }}],
         "tool_choice": "required",
+        // One call, whose string the grammar closes after 16 characters: the MTP fixture's
+        // random logits would otherwise fill a string up to the token limit, and a call cut
+        // by the limit is left out of the answer (finish_reason "length").
+        "parallel_tool_calls": false,
         "temperature": 0,
         "max_tokens": 96
     })

@@ -1,6 +1,8 @@
-//! Who may call the API: API keys (`Authorization: Bearer`, compared in constant time) on every
-//! route but `/health`, and CORS for browser clients of the origins the user named.
+//! Who may call the API: the host names a request may be addressed to (every route, against DNS
+//! rebinding), API keys (`Authorization: Bearer`, compared in constant time) on every route but
+//! `/health`, and CORS for browser clients of the origins the user named.
 
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -77,6 +79,104 @@ pub(super) async fn require_key(State(keys): State<ApiKeys>, request: Request, n
     let mut response = error.into_response();
     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response
+}
+
+/// The host names a request may be addressed to (its `Host` header, and the authority of an
+/// absolute request target). A web page can make its own domain resolve to this machine (DNS
+/// rebinding): its requests are then same-origin for the browser, and pass any origin check,
+/// but they carry the page's domain as `Host`. So only names the user vouched for are served:
+/// `localhost`, the address the server was bound to, and `--allowed-host` names. An IP address
+/// is always accepted: a page whose origin is an IP address was served from that address, so
+/// a browser never sends one for another server. A request without `Host` (HTTP/1.0 clients;
+/// browsers always send it) passes.
+#[derive(Clone, Debug)]
+pub enum AllowedHosts {
+    /// Any host name (`--allowed-host '*'`, asked for explicitly).
+    Any,
+    /// These names (lowercase, without a trailing dot), and IP addresses.
+    Names(Arc<Vec<String>>),
+}
+
+impl Default for AllowedHosts {
+    /// `localhost` and IP addresses only.
+    fn default() -> Self {
+        Self::Names(Arc::new(vec!["localhost".to_string()]))
+    }
+}
+
+impl AllowedHosts {
+    /// The names a server bound to `bound` (an address or a name) accepts, with `extra` names
+    /// (`--allowed-host`; `*` for any).
+    ///
+    /// # Errors
+    /// A name that cannot be a host name (the message names it).
+    pub fn parse(bound: &str, extra: &[String]) -> Result<Self, String> {
+        if extra.iter().any(|name| name.trim() == "*") {
+            return Ok(Self::Any);
+        }
+        let mut names = vec!["localhost".to_string()];
+        for name in std::iter::once(bound).chain(extra.iter().map(String::as_str)) {
+            let name = normalize(name.trim());
+            let valid = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'[' | b']'));
+            if !valid {
+                return Err(format!("invalid host name {name:?}"));
+            }
+            if !is_ip_address(&name) && !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        Ok(Self::Names(Arc::new(names)))
+    }
+
+    /// Whether a request addressed to `host` (a `Host` header's value, with or without a port)
+    /// is served.
+    #[must_use]
+    pub fn admits(&self, host: &str) -> bool {
+        let Self::Names(names) = self else { return true };
+        let name = normalize(strip_port(host));
+        is_ip_address(&name) || names.contains(&name)
+    }
+}
+
+/// A host name as compared: lowercase, without the trailing dot of a fully qualified name.
+fn normalize(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// `name` of `name:port`; `[v6]` of `[v6]:port`.
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_once(']').map_or(host, |(address, _)| &host[..=address.len()]);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+fn is_ip_address(name: &str) -> bool {
+    let bracketed = name.strip_prefix('[').and_then(|n| n.strip_suffix(']'));
+    name.parse::<Ipv4Addr>().is_ok() || bracketed.unwrap_or(name).parse::<Ipv6Addr>().is_ok()
+}
+
+/// Answers 403 (`host_not_allowed`) before anything else is done with a request addressed to
+/// a host name that is not allowed; see [`AllowedHosts`].
+pub(super) async fn refuse_unknown_hosts(
+    State(allowed): State<AllowedHosts>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let header = request.headers().get(header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+    let target = request.uri().authority().map(|a| a.as_str().rsplit('@').next().unwrap_or_default().to_string());
+    for host in header.into_iter().chain(target) {
+        if !allowed.admits(&host) {
+            return ApiError::HostNotAllowed(strip_port(&host).to_string()).into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// The origins whose browser pages may call the API (CORS); none by default, so browsers
@@ -185,6 +285,27 @@ mod tests {
     #[test]
     fn a_key_file_has_one_key_per_line() {
         assert_eq!(ApiKeys::parse_file("# comment\n  key-a  \n\nkey-b\n"), ["key-a", "key-b"]);
+    }
+
+    #[test]
+    fn hosts_are_names_the_user_vouched_for_or_addresses() {
+        let default = AllowedHosts::default();
+        for host in
+            ["localhost", "localhost:8080", "LOCALHOST.:1", "127.0.0.1:8080", "[::1]:8080", "[::1]", "192.168.1.20"]
+        {
+            assert!(default.admits(host), "{host}");
+        }
+        for host in ["evil.example", "evil.example:8080", "localhost.evil.example", "127.0.0.1.nip.io", "", "[::1"] {
+            assert!(!default.admits(host), "{host}");
+        }
+        let named = AllowedHosts::parse("0.0.0.0", &["Homelab.lan".into(), "box".into()]).expect("names");
+        assert!(named.admits("homelab.lan:8080") && named.admits("box") && named.admits("10.0.0.7:8080"));
+        assert!(!named.admits("evil.example:8080"));
+        let bound = AllowedHosts::parse("myhost.local", &[]).expect("a bound name");
+        assert!(bound.admits("myhost.local:8080") && !bound.admits("other.local"));
+        assert!(matches!(AllowedHosts::parse("127.0.0.1", &["*".into()]), Ok(AllowedHosts::Any)));
+        assert!(AllowedHosts::Any.admits("evil.example"));
+        assert_eq!(AllowedHosts::parse("::", &["bad/name".into()]).expect_err("bad"), "invalid host name \"bad/name\"");
     }
 
     #[test]

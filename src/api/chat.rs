@@ -145,12 +145,14 @@ impl SsePayload {
         Self { name: None, data }
     }
 
+    /// The event as sent: `event:` before `data:`, as OpenAI writes it (a parser that acts on
+    /// each `data:` line reads the name of the event it belongs to).
     fn into_event(self) -> SseEvent {
-        let event = SseEvent::default().data(self.data);
-        match self.name {
-            Some(name) => event.event(name),
-            None => event,
-        }
+        let event = match self.name {
+            Some(name) => SseEvent::default().event(name),
+            None => SseEvent::default(),
+        };
+        event.data(self.data)
     }
 }
 

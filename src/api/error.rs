@@ -102,6 +102,11 @@ pub enum ApiError {
         "requests from pages of the origin {0:?} are not allowed; start firstword with --cors-origin to allow them"
     )]
     OriginNotAllowed(String),
+    /// The request was addressed to a host name that is not allowed (DNS rebinding).
+    #[error(
+        "requests addressed to the host {0:?} are not served (a web page may be reaching this server through DNS rebinding); start firstword with --allowed-host {0} if this is your server's name"
+    )]
+    HostNotAllowed(String),
     /// No route has this path.
     #[error("unknown endpoint")]
     NotFound,
@@ -169,6 +174,7 @@ impl ApiError {
             Self::ModelOutput(_) => (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_model_output")),
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, Some("invalid_api_key")),
             Self::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, Some("origin_not_allowed")),
+            Self::HostNotAllowed(_) => (StatusCode::FORBIDDEN, Some("host_not_allowed")),
             Self::NotFound => (StatusCode::NOT_FOUND, Some("not_found")),
             Self::ResponseNotFound { param: Some(_), .. } => {
                 (StatusCode::NOT_FOUND, Some("previous_response_not_found"))
@@ -221,13 +227,44 @@ impl ApiError {
     #[must_use]
     pub fn to_json(&self) -> String {
         let (status, code) = self.status_and_code();
-        let message = self.to_string();
+        let message = self.client_message();
         let param = self.param();
         let envelope =
             Envelope { error: Body { message: &message, kind: Self::kind(status), param: param.as_deref(), code } };
         serde_json::to_string(&envelope).unwrap_or_default()
     }
+
+    /// The text the client reads: the error itself, except for a failure inside the server (a
+    /// bug, a panic, a dead inference thread), whose detail may hold internals (a panic's
+    /// message, paths, state): the client gets a fixed text and the log gets the detail.
+    fn client_message(&self) -> String {
+        if !self.hides_detail() {
+            return self.to_string();
+        }
+        tracing::error!("answering a request with a server error: {self}");
+        INTERNAL_MESSAGE.to_string()
+    }
+
+    /// Whether this error is a failure inside the server rather than something the client or
+    /// the server's load caused.
+    fn hides_detail(&self) -> bool {
+        matches!(
+            self,
+            Self::Internal(_)
+                | Self::EngineStopped
+                | Self::Engine(
+                    EngineError::Internal(_)
+                        | EngineError::EngineDied(_)
+                        | EngineError::Decode(_)
+                        | EngineError::CacheCut { .. }
+                )
+        )
+    }
 }
+
+/// What a client reads for a failure inside the server; the detail goes to the log.
+pub(crate) const INTERNAL_MESSAGE: &str =
+    "the server had an error while processing this request; its log has the details";
 
 /// Statuses of engine errors: the request's fault (400), the model's (422) or the server's
 /// state (503, 500).

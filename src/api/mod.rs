@@ -39,7 +39,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower_http::catch_panic::CatchPanicLayer;
 
-pub use access::{ApiKeys, CorsOrigins};
+pub use access::{AllowedHosts, ApiKeys, CorsOrigins};
 pub use convert::warm_prompt;
 pub use error::{ApiError, OutputError, Refusal};
 
@@ -69,6 +69,8 @@ pub struct ServeOptions {
     pub api_keys: ApiKeys,
     /// Origins whose browser pages may call the API.
     pub cors_origins: CorsOrigins,
+    /// Host names requests may be addressed to (403 `host_not_allowed` otherwise).
+    pub allowed_hosts: AllowedHosts,
     /// Most responses of the Responses API kept in memory for `previous_response_id` and
     /// `GET /v1/responses/{id}` (least recently used dropped first; 0: none kept).
     pub responses_store: usize,
@@ -90,6 +92,7 @@ impl Default for ServeOptions {
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
             api_keys: ApiKeys::default(),
             cors_origins: CorsOrigins::None,
+            allowed_hosts: AllowedHosts::default(),
             responses_store: Self::DEFAULT_RESPONSES_STORE,
         }
     }
@@ -158,13 +161,16 @@ fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
             ApiError::Internal(message).into_response()
         }))
         .layer(axum::middleware::from_fn_with_state(options.api_keys.clone(), access::require_key))
-        .layer(axum::middleware::from_fn_with_state(options.cors_origins.clone(), access::refuse_foreign_origins))
-        .layer(axum::middleware::from_fn_with_state(metrics, request_log::log_requests));
-    // Outermost: a preflight is answered before the key check (browsers send none with it).
-    match options.cors_origins.layer() {
+        .layer(axum::middleware::from_fn_with_state(options.cors_origins.clone(), access::refuse_foreign_origins));
+    // A preflight is answered before the key check (browsers send none with it).
+    let router = match options.cors_origins.layer() {
         Some(cors) => router.layer(cors),
         None => router,
-    }
+    };
+    // Before anything else, preflights included: the host name (DNS rebinding); then the log.
+    router
+        .layer(axum::middleware::from_fn_with_state(options.allowed_hosts.clone(), access::refuse_unknown_hosts))
+        .layer(axum::middleware::from_fn_with_state(metrics, request_log::log_requests))
 }
 
 /// Serves the API on `listener` with the default [`ServeOptions`]; see [`serve_with`].

@@ -75,7 +75,7 @@ pub enum EngineError {
     },
     /// A text prompt holds more characters of one kind in a row (letters, digits, spaces,
     /// symbols) than the tokenizer can split safely.
-    #[error("the prompt contains {run} characters of one kind in a row (letters, digits, spaces or symbols); at most {max} are accepted")]
+    #[error("the prompt contains {run} characters in a row that the tokenizer would read as one word (letters with their marks, digits, spaces or symbols); at most {max} are accepted")]
     PromptRunTooLong {
         /// The longest run found.
         run: usize,

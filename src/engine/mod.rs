@@ -16,6 +16,7 @@ mod prefix;
 mod queue;
 mod reply;
 mod request;
+mod runs;
 mod sampling;
 mod sequence;
 mod speculation;

@@ -118,51 +118,9 @@ impl StopMatcher {
     }
 }
 
-/// The longest run of characters of one kind (letters and marks, digits, whitespace, or any
-/// other) in `text`. Some of llama.cpp's pre-tokenizers split text with `std::regex`, whose
-/// matcher recurses once per character of a match, and a match never spans two kinds: this
-/// bounds the stack the tokenizer needs.
-pub(crate) fn longest_run(text: &str) -> usize {
-    #[derive(PartialEq, Eq, Clone, Copy)]
-    enum Kind {
-        Letter,
-        Digit,
-        Space,
-        Other,
-    }
-    let kind = |c: char| {
-        if c.is_alphabetic() {
-            Kind::Letter
-        } else if c.is_numeric() {
-            Kind::Digit
-        } else if c.is_whitespace() {
-            Kind::Space
-        } else {
-            Kind::Other
-        }
-    };
-    let (mut longest, mut run, mut last) = (0, 0, None);
-    for c in text.chars() {
-        let k = kind(c);
-        run = if Some(k) == last { run + 1 } else { 1 };
-        last = Some(k);
-        longest = longest.max(run);
-    }
-    longest
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn runs_are_counted_per_kind_of_character() {
-        assert_eq!(longest_run(""), 0);
-        assert_eq!(longest_run("ab  12"), 2);
-        assert_eq!(longest_run(&" ".repeat(10_000)), 10_000);
-        assert_eq!(longest_run(&format!("x{}y", "é".repeat(300))), 302);
-        assert_eq!(longest_run("a1a1a1!?!"), 3);
-    }
 
     #[test]
     fn multibyte_character_split_across_tokens_comes_out_whole() {

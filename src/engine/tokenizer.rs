@@ -7,14 +7,14 @@ use std::sync::Arc;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
-use super::text::longest_run;
+use super::runs::Splitter;
 use super::worker::PromptInput;
 use super::{Engine, EngineError, Prompt, LARGE_STACK_BYTES};
 use crate::chat::tools::ToolDefinition;
 use crate::chat::{ChatMessage, TemplateKwargs};
 
-/// Longest run of characters of one kind a text may hold to be tokenized (see
-/// [`longest_run`]). With the reserved stack of the threads that tokenize, llama.cpp's
+/// Longest stretch a text may hold that one match of the vocabulary's pre-tokenizer could
+/// span (see [`Splitter`]). With the reserved stack of the threads that tokenize, llama.cpp's
 /// `std::regex` pre-tokenizers were measured to split far longer runs; real text has none
 /// this long.
 pub(crate) const MAX_PROMPT_RUN: usize = 65_536;
@@ -25,6 +25,8 @@ pub(crate) struct Tokenizer {
     model: Arc<LlamaModel>,
     /// The BOS token's text: a template that writes it must not get a second one.
     bos_text: String,
+    /// What one match of the vocabulary's pre-tokenizer can span.
+    splitter: Splitter,
 }
 
 impl Tokenizer {
@@ -32,7 +34,8 @@ impl Tokenizer {
     pub(crate) fn new(model: Arc<LlamaModel>) -> Self {
         let bos = model.vocab().bos();
         let bos_text = String::from_utf8_lossy(&model.vocab().token_to_piece(bos, true, None)).into_owned();
-        Self { model, bos_text }
+        let splitter = Splitter::of(&model.meta_val_str("tokenizer.ggml.pre").unwrap_or_default());
+        Self { model, bos_text, splitter }
     }
 
     /// The model.
@@ -79,7 +82,7 @@ impl Tokenizer {
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<LlamaToken>, EngineError> {
-        let run = longest_run(text);
+        let run = self.splitter.longest_run(text);
         if run > MAX_PROMPT_RUN {
             return Err(EngineError::PromptRunTooLong { run, max: MAX_PROMPT_RUN });
         }

@@ -10,7 +10,7 @@ use tower::ServiceExt;
 
 use super::fake::FakeEngine;
 use crate::api::backend::Backend;
-use crate::api::{router_with, ApiKeys, CorsOrigins, ServeOptions};
+use crate::api::{router_with, AllowedHosts, ApiKeys, CorsOrigins, ServeOptions};
 
 async fn send(options: &ServeOptions, request: Request<Body>) -> Response {
     let engine: Arc<dyn Backend> = Arc::new(FakeEngine::answering(Vec::new()));
@@ -175,4 +175,89 @@ async fn a_post_from_a_foreign_page_gets_403_and_other_clients_pass() {
         ServeOptions { cors_origins: CorsOrigins::parse(&["*".to_string()]).expect("any"), ..ServeOptions::default() };
     let anywhere = send(&any, post_from(Some("https://evil.example"), "127.0.0.1:8080", "text/plain")).await;
     assert_eq!(anywhere.status(), StatusCode::INTERNAL_SERVER_ERROR, "--cors-origin '*' lets every page in");
+}
+
+/// `method path` addressed to `host`, from a page of `origin` (a DNS-rebinding page sends its
+/// own origin and host, which agree), with a body that never ends: a route that read it would
+/// hang.
+fn addressed_to(method: Method, path: &str, host: &str, origin: Option<&str>) -> Request<Body> {
+    let mut builder = Request::builder().method(method).uri(path).header(header::HOST, host);
+    if let Some(origin) = origin {
+        builder = builder.header(header::ORIGIN, origin);
+    }
+    let never = futures_util::stream::pending::<Result<Vec<u8>, std::io::Error>>();
+    builder.body(Body::from_stream(never)).expect("a request")
+}
+
+const ROUTES: [(&str, &str); 12] = [
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"),
+    ("POST", "/v1/responses"),
+    ("GET", "/v1/responses/resp_1"),
+    ("POST", "/v1/prefill"),
+    ("POST", "/tokenize"),
+    ("POST", "/detokenize"),
+    ("POST", "/apply-template"),
+    ("GET", "/cache"),
+    ("GET", "/metrics"),
+    ("GET", "/v1/models"),
+    ("GET", "/health"),
+];
+
+#[tokio::test]
+async fn a_dns_rebinding_page_gets_403_on_every_route_before_its_body_is_read() {
+    let cors = ServeOptions { cors_origins: CorsOrigins::Any, ..ServeOptions::default() };
+    for options in [ServeOptions::default(), with_key(), cors] {
+        for (method, path) in ROUTES {
+            let request = addressed_to(
+                method.parse().expect("method"),
+                path,
+                "evil.example:8080",
+                Some("http://evil.example:8080"),
+            );
+            let response = tokio::time::timeout(std::time::Duration::from_secs(5), send(&options, request))
+                .await
+                .unwrap_or_else(|_| panic!("{method} {path}: the body was read"));
+            assert_eq!(response.status(), StatusCode::FORBIDDEN, "{method} {path}");
+            let body = json_of(response).await;
+            assert_eq!(body["error"]["type"], "permission_error", "{body}");
+            assert_eq!(body["error"]["code"], "host_not_allowed", "{body}");
+            assert!(body["error"]["message"].as_str().unwrap_or_default().contains("--allowed-host"), "{body}");
+        }
+        // A preflight too, and a request naming the host in its target.
+        let mut preflight = preflight("http://evil.example:8080");
+        preflight.headers_mut().insert(header::HOST, header::HeaderValue::from_static("evil.example:8080"));
+        assert_eq!(send(&options, preflight).await.status(), StatusCode::FORBIDDEN);
+        let absolute = Request::builder()
+            .uri("http://evil.example:8080/health")
+            .header(header::HOST, "127.0.0.1:8080")
+            .body(Body::empty())
+            .expect("a request");
+        assert_eq!(send(&options, absolute).await.status(), StatusCode::FORBIDDEN);
+    }
+}
+
+#[tokio::test]
+async fn localhost_addresses_and_allowed_names_are_served() {
+    let defaults = ServeOptions::default();
+    for host in ["localhost:8080", "127.0.0.1:8080", "[::1]:8080", "192.168.1.20:8080", "localhost"] {
+        let response = send(&defaults, addressed_to(Method::GET, "/health", host, None)).await;
+        assert_eq!(response.status(), StatusCode::OK, "{host}");
+    }
+    assert_eq!(send(&defaults, addressed_to(Method::GET, "/health", "homelab.lan:8080", None)).await.status(), 403);
+    let named = ServeOptions {
+        allowed_hosts: AllowedHosts::parse("0.0.0.0", &["homelab.lan".into()]).expect("names"),
+        ..ServeOptions::default()
+    };
+    let page = Some("http://homelab.lan:8080");
+    for (method, path) in [("GET", "/health"), ("GET", "/v1/models"), ("GET", "/cache")] {
+        let response =
+            send(&named, addressed_to(method.parse().expect("method"), path, "HomeLab.lan:8080", page)).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    let any = ServeOptions {
+        allowed_hosts: AllowedHosts::parse("127.0.0.1", &["*".into()]).expect("any"),
+        ..ServeOptions::default()
+    };
+    assert_eq!(send(&any, addressed_to(Method::GET, "/health", "anything.example", None)).await.status(), 200);
 }

@@ -264,6 +264,26 @@ async fn a_streamed_answer_is_sse_chunks_ending_in_done() {
     assert_eq!(payloads[5], "[DONE]");
 }
 
+/// Each Responses event is written `event:` first, then `data:` (OpenAI's order): a client that
+/// acts on each `data:` line knows which event it belongs to.
+#[tokio::test]
+async fn a_responses_stream_names_each_event_before_its_data() {
+    let engine = replying(&["Hel", "lo"], FinishReason::Stop);
+    let body = json!({"input": "hi", "stream": true});
+    let response =
+        send(&engine, request(Method::POST, "/v1/responses", "application/json", body.to_string().into())).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = text_of(response).await;
+    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert!(events.len() >= 6, "{text}");
+    for event in &events {
+        let lines: Vec<&str> = event.lines().collect();
+        let name = lines[0].strip_prefix("event: ").unwrap_or_else(|| panic!("event: first in {event:?}"));
+        let data: Value = serde_json::from_str(lines[1].strip_prefix("data: ").expect("then data:")).expect("JSON");
+        assert_eq!(data["type"], name, "{event}");
+    }
+}
+
 #[tokio::test]
 async fn a_failure_mid_stream_is_an_error_event_then_done() {
     let script = vec![
