@@ -21,14 +21,16 @@ use serde_json::{json, Value};
 
 pub(crate) use store::ResponseStore;
 
+use super::admission::{admit_for_engine, prepare, Prepared};
 use super::answer::AnswerShaper;
-use super::chat::{random_id, read_admitted_body, run_to_end, start, stream_response};
+use super::chat::{random_id, run_to_end, start, stream_response};
 use super::convert::{
-    convert_output_format, convert_tool_choice, convert_tools, prepare, reasoning_budget, template_kwargs,
-    top_logprobs, Constraints, FunctionShape, OutputPlan,
+    convert_output_format, convert_tool_choice, convert_tools, reasoning_budget, template_kwargs, top_logprobs,
+    Constraints, FunctionShape, OutputPlan,
 };
-use super::error::ApiError;
+use super::error::{ApiError, Refusal};
 use super::extract::parse_json;
+use super::limits::{check_metadata, too_many, MAX_MESSAGES, MAX_RESPONSE_CHAIN};
 use super::logprobs::short_number;
 use super::request_log::RequestRecord;
 use super::sampling::{token_limit, SamplingFields};
@@ -148,6 +150,7 @@ impl ResponseJob {
     fn new(bytes: &[u8], model: &ModelInfo, store: &Arc<ResponseStore>) -> Result<Self, ApiError> {
         let body: CreateResponse = parse_json(bytes)?;
         refuse_unsupported(&body)?;
+        check_metadata(body.metadata.as_ref(), body.user.as_deref())?;
         let parent =
             match &body.previous_response_id {
                 Some(id) => Some(store.get(id).ok_or_else(|| ApiError::ResponseNotFound {
@@ -156,7 +159,25 @@ impl ResponseJob {
                 })?),
                 None => None,
             };
+        if let Some(length) = parent.as_ref().map(|p| p.chain_length()).filter(|&n| n >= MAX_RESPONSE_CHAIN) {
+            return Err(ApiError::refused(
+                Refusal::Limit,
+                "previous_response_id",
+                format!(
+                    "a chain of previous_response_id may hold at most {MAX_RESPONSE_CHAIN} responses; this one holds {length} already (start a new chain with the conversation as input)"
+                ),
+            ));
+        }
         let input = input_messages(body.input.ok_or_else(|| ApiError::invalid("input", "'input' is required"))?)?;
+        let earlier = body.instructions.iter().count() + parent.as_ref().map_or(0, |p| p.message_count());
+        if earlier + input.len() > MAX_MESSAGES {
+            return Err(too_many(
+                "input",
+                "messages (instructions, the stored conversation and the input together)",
+                earlier + input.len(),
+                MAX_MESSAGES,
+            ));
+        }
         let mut messages = Vec::new();
         messages.extend(body.instructions.iter().map(|text| ChatMessage::new(Role::System, text.clone())));
         messages.extend(parent.iter().flat_map(|p| p.conversation()));
@@ -248,10 +269,16 @@ pub(super) async fn create_response(
 ) -> Result<Response, ApiError> {
     let record = RequestRecord::of(&request);
     let model = state.engine.model_info()?;
-    let bytes = read_admitted_body(&state, request).await?;
+    let admitted = admit_for_engine(&state, request).await?;
     let store = Arc::clone(&state.responses);
-    let job = prepare(&state.conversions, move || ResponseJob::new(&bytes, &model, &store)).await?;
-    let (events, in_reasoning) = start(&state, job.request).await?;
+    let engine = Arc::clone(&state.engine);
+    let Prepared { value: (job, rendered), permit } = prepare(&state, admitted, move |bytes| {
+        let job = ResponseJob::new(bytes, &model, &store)?;
+        let rendered = engine.render(&job.request.prompt)?;
+        Ok((job, rendered))
+    })
+    .await?;
+    let (events, in_reasoning) = start(&state, job.request, rendered, permit).await?;
     let mut framer = ResponseFramer::new(job.answering, AnswerShaper::new(job.output, in_reasoning));
     if job.stream {
         return Ok(stream_response(events, framer, record).into_response());
