@@ -7,9 +7,12 @@ the body limit) or the attacks that must be refused (`attack`: a 32 MiB /detoken
 a 32 MiB /apply-template of ~900K tiny messages, a /tokenize with_pieces of 8 MB of text, a
 /v1/responses with 30 MB of metadata), while one thread asks GET /health every 50 ms. Reports
 /health latency percentiles, answers by endpoint and status, and the server's peak RSS
-(VmHWM of --pid, which is the whole process's peak since it started).
+(VmHWM of --pid, which is the whole process's peak since it started). With --once, each body
+is sent once, one after another, each with its time, status, the slowest /health during it and
+the server's RSS after it.
 
     scripts/flood.py --port 8080 --pid $(pgrep -n firstword) --n-ctx 4096 --kind allowed
+    scripts/flood.py --port 8080 --pid $(pgrep -n firstword) --kind attack --once
 
 Python standard library only.
 """
@@ -85,12 +88,55 @@ def health(port, stop, latencies, failures):
         time.sleep(0.05)
 
 
-def peak_rss_mib(pid):
+def rss_mib(pid, field="VmHWM"):
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return None
+
+
+def once(args, work):
+    """Each body once: its answer, time, the slowest /health during it, RSS after it."""
+    for path, body in work:
+        stop = threading.Event()
+        latencies, failures = [], []
+        prober = threading.Thread(target=health, args=(args.port, stop, latencies, failures))
+        prober.start()
+        answers = {}
+        started = time.monotonic()
+        sender = threading.Thread(target=lambda: one_request(args.port, path, body, answers))
+        sender.start()
+        sender.join()
+        elapsed = time.monotonic() - started
+        stop.set()
+        prober.join()
+        rss = ""
+        if args.pid:
+            rss = f", RSS {rss_mib(args.pid, 'VmRSS'):.0f} MiB (peak {rss_mib(args.pid):.0f} MiB)"
+        print(
+            f"{path} {len(body) / 2**20:.1f} MiB: {answers['status']} {answers['message'][:90]!r} in {elapsed:.2f} s, "
+            f"/health max {max(latencies, default=float('nan')):.1f} ms over {len(latencies)} probes{rss}"
+        )
+
+
+def one_request(port, path, body, answers):
+    answers["status"], answers["message"] = "no answer", ""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        text = response.read()
+    except (OSError, http.client.HTTPException) as e:
+        answers["status"] = type(e).__name__
+        return
+    answers["status"] = response.status
+    try:
+        error = json.loads(text).get("error") or {}
+        answers["message"] = error.get("message") or f"{len(text)} bytes"
+    except ValueError:
+        answers["message"] = text[:90].decode(errors="replace")
+    conn.close()
 
 
 def percentile(values, p):
@@ -106,9 +152,13 @@ def main():
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--kind", choices=["allowed", "attack"], default="allowed")
+    parser.add_argument("--once", action="store_true", help="each body once, one after another")
     args = parser.parse_args()
 
     work = bodies(args.kind, args.n_ctx)
+    if args.once:
+        once(args, work)
+        return
     sizes = ", ".join(f"{path} {len(body) / 2**20:.1f} MiB" for path, body in work)
     print(f"{args.clients} clients, {args.seconds:.0f} s, {args.kind} bodies: {sizes}")
     stop = threading.Event()
@@ -134,7 +184,7 @@ def main():
         statuses = {status: n for (p, status), n in sorted(answers.items(), key=str) if p == path and status != "seconds"}
         print(f"{path}: {statuses}, slowest answer {answers[(path, 'seconds')]:.2f} s")
     if args.pid:
-        print(f"server peak RSS (VmHWM): {peak_rss_mib(args.pid):.0f} MiB")
+        print(f"server peak RSS (VmHWM): {rss_mib(args.pid):.0f} MiB, now {rss_mib(args.pid, 'VmRSS'):.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::error::ApiError;
@@ -98,21 +99,30 @@ pub(crate) async fn prepare<T: Send + 'static>(
     }
 }
 
-/// A JSON answer serialized on a conversion thread; the body permit is released once the
-/// answer has been handed to the connection.
+/// A JSON answer serialized on a conversion thread, sent in chunks; the body permit goes
+/// when the whole answer has been written (or the connection dropped), so answers waiting for
+/// a slow client count against [`super::CONCURRENT_BODIES`] too.
 pub(crate) fn json_answer(prepared: Prepared<Vec<u8>>) -> Response {
+    const CHUNK: usize = 1 << 20;
     let Prepared { value, permit } = prepared;
-    let body = futures_util::stream::once(async move {
-        drop(permit);
-        Ok::<_, Infallible>(Bytes::from(value))
+    let answer = Bytes::from(value);
+    let chunks: Vec<Bytes> =
+        (0..answer.len()).step_by(CHUNK).map(|at| answer.slice(at..answer.len().min(at + CHUNK))).collect();
+    let body = futures_util::stream::iter(chunks).map(move |chunk| {
+        let _held_until_written = &permit;
+        Ok::<_, Infallible>(chunk)
     });
     ([(CONTENT_TYPE, "application/json")], Body::from_stream(body)).into_response()
 }
 
-/// `answer` as JSON bytes.
+/// `answer` as JSON bytes; `size` is about how long it will be (one allocation of the right
+/// size rather than doublings up to twice it).
 ///
 /// # Errors
 /// None in practice (the answers are plain data).
-pub(crate) fn to_json(answer: &impl serde::Serialize) -> Result<Vec<u8>, ApiError> {
-    serde_json::to_vec(answer).map_err(|e| ApiError::Internal(format!("cannot write the answer: {e}")))
+pub(crate) fn to_json(answer: &impl serde::Serialize, size: usize) -> Result<Vec<u8>, ApiError> {
+    let mut json = Vec::with_capacity(size + size / 16 + 64);
+    serde_json::to_writer(&mut json, answer)
+        .map_err(|e| ApiError::Internal(format!("cannot write the answer: {e}")))?;
+    Ok(json)
 }

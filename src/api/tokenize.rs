@@ -103,6 +103,8 @@ pub(super) async fn tokenize(State(state): State<Arc<AppState>>, request: Reques
         }
         let ids = engine.tokenize(&body.content, body.add_special, body.parse_special)?;
         drop(body.content);
+        // An id is at most 7 bytes of JSON, a piece with its field names about 24.
+        let size = ids.len() * if body.with_pieces { 32 } else { 7 };
         let answer = if body.with_pieces {
             let pieces = engine.token_pieces(&ids)?;
             let tokens = ids.into_iter().zip(pieces).map(|(id, piece)| IdPiece { id, piece: piece.into() }).collect();
@@ -110,7 +112,7 @@ pub(super) async fn tokenize(State(state): State<Arc<AppState>>, request: Reques
         } else {
             TokenizeAnswer::Ids { tokens: ids }
         };
-        to_json(&answer)
+        to_json(&answer, size)
     })
     .await?;
     Ok(json_answer(answer))
@@ -139,7 +141,9 @@ pub(super) async fn detokenize(State(state): State<Arc<AppState>>, request: Requ
             .map(|id| i32::try_from(id).map_err(|_| ApiError::invalid("tokens", format!("{id} is not a token id"))))
             .collect::<Result<Vec<i32>, _>>()?;
         let bytes: Vec<u8> = engine.token_pieces(&ids)?.concat();
-        to_json(&DetokenizeAnswer { content: String::from_utf8_lossy(&bytes).into_owned() })
+        let content = String::from_utf8_lossy(&bytes).into_owned();
+        let size = content.len();
+        to_json(&DetokenizeAnswer { content }, size)
     })
     .await?;
     Ok(json_answer(answer))
@@ -199,7 +203,8 @@ pub(super) async fn apply_template(State(state): State<Arc<AppState>>, request: 
         };
         let prompt = engine.chat_prompt_text(&messages, &tools, &template_kwargs)?;
         drop((messages, tools));
-        to_json(&ApplyTemplateAnswer { prompt })
+        let size = prompt.len();
+        to_json(&ApplyTemplateAnswer { prompt }, size)
     })
     .await?;
     Ok(json_answer(answer))

@@ -49,6 +49,8 @@ fn messages(count: usize) -> Value {
     json!({"messages": vec![json!({"role": "user", "content": "a"}); count]})
 }
 
+// The engine's lock is held across awaits on purpose: it keeps the conversions running.
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_is_held_until_its_request_is_answered_and_the_rest_are_refused() {
     let engine = replying();
