@@ -38,7 +38,7 @@ use super::{unix_now, AppState};
 use crate::chat::{ChatMessage, Role, ToolCall};
 use crate::engine::{FinishReason, GenerationRequest, ModelInfo, Prompt, Usage};
 use input::input_messages;
-use store::StoredResponse;
+use store::{json_bytes, StoredResponse};
 use stream::ResponseFramer;
 use wire::{
     CreateResponse, Deleted, Echo, IncompleteDetails, InputTokensDetails, OutputItem, OutputTokensDetails,
@@ -200,7 +200,7 @@ impl ResponseJob {
         let effort = body.reasoning.and_then(|r| r.effort);
         let kwargs = template_kwargs(None, effort.clone(), "reasoning.effort")?;
         let store_it = body.store.unwrap_or(true) && store.enabled();
-        let echo = Echo {
+        let mut echo = Echo {
             instructions: body.instructions,
             max_output_tokens,
             model: body.model.filter(|m| !m.is_empty()).unwrap_or_else(|| model.id.clone()),
@@ -216,7 +216,9 @@ impl ResponseJob {
             truncation: "disabled",
             metadata: body.metadata.unwrap_or_else(|| json!({})),
             user: body.user,
+            json_bytes: 0,
         };
+        echo.json_bytes = json_bytes(&echo);
         Ok(Self {
             request: GenerationRequest {
                 prompt: Prompt::Chat { messages, tools: definitions, template_kwargs: kwargs },
@@ -317,7 +319,7 @@ impl crate::fuzzing::Api {
     /// # Errors
     /// The [`ApiError`] the endpoint answers with.
     pub fn validate_response(body: &[u8], model: &ModelInfo) -> Result<GenerationRequest, ApiError> {
-        ResponseJob::new(body, model, &Arc::new(ResponseStore::new(0))).map(|job| job.request)
+        ResponseJob::new(body, model, &Arc::new(ResponseStore::bounded(0, 0))).map(|job| job.request)
     }
 }
 

@@ -95,8 +95,15 @@ fn message_bytes(message: &ChatMessage) -> usize {
     MESSAGE_OVERHEAD + texts + calls
 }
 
-/// The bytes a response object takes, as the length of its JSON (counted, not written).
+/// The bytes a response object takes: about twice its JSON (parsed values take more than
+/// their text), its echo counted when the request was converted, so that storing a response
+/// counts only its output on the async runtime.
 fn object_bytes(object: &ResponseObject) -> usize {
+    2 * (json_bytes(&object.output) + object.echo.json_bytes + 256)
+}
+
+/// The length of `value` as JSON, counted, not written.
+pub(super) fn json_bytes(value: &impl serde::Serialize) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -108,9 +115,8 @@ fn object_bytes(object: &ResponseObject) -> usize {
         }
     }
     let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, object);
-    // Parsed JSON values take about twice their text.
-    2 * count.0
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// The store.

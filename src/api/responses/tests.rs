@@ -302,6 +302,10 @@ fn the_store_is_bounded_in_bytes_each_response_charged_for_its_chain() {
     assert!(store.get("big").is_none() && store.get("b").is_some());
     assert!(store.remove("b"));
     assert_eq!(store.usage(), (0, 0));
+    // What a response echoes of its request (instructions, tools) counts too.
+    let long = job(json!({"input": "x", "instructions": "i".repeat(300_000)}), &Arc::new(ResponseStore::new(0)));
+    let echoing = ResponseObject { id: "echo".into(), ..long.expect("accepted").answering.in_progress() };
+    assert!(!ResponseStore::bounded(8, 500_000).put(Arc::new(StoredResponse::new(None, Vec::new(), echoing))));
 }
 
 #[test]
