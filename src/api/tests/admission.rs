@@ -65,9 +65,13 @@ async fn a_body_is_held_until_its_request_is_answered_and_the_rest_are_refused()
             tokio::spawn(async move { post(&app, "/detokenize", json!({"tokens": [72, 105]}).to_string()).await })
         })
         .collect();
-    while engine.working.load(Ordering::SeqCst) < CONCURRENT_CONVERSIONS || state.bodies.available_permits() > 0 {
-        tokio::task::yield_now().await;
-    }
+    let all_held = async {
+        while engine.working.load(Ordering::SeqCst) < CONCURRENT_CONVERSIONS || state.bodies.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+    };
+    // Before, a body's permit went when its reading ended: the bodies were never all held.
+    tokio::time::timeout(Duration::from_secs(10), all_held).await.expect("every body permit held while converting");
     // Before admission held the permit, a ninth body was read and waited for a conversion
     // without a timeout (holding its parsed body): it now gets a 503 within the permit wait.
     let probe = post(&app, "/tokenize", json!({"content": "Hi"}).to_string());
