@@ -203,6 +203,10 @@ pub(crate) struct ServerArgs {
     /// used dropped first; 0: none kept).
     #[arg(long = "responses-store", value_name = "N", env = "FIRSTWORD_RESPONSES_STORE", default_value_t = ServeOptions::DEFAULT_RESPONSES_STORE)]
     pub responses_store: usize,
+    /// Most MiB the stored responses may hold, each charged for the whole conversation it keeps
+    /// (least recently used dropped first; 0: none kept).
+    #[arg(long = "responses-store-mib", value_name = "MIB", env = "FIRSTWORD_RESPONSES_STORE_MIB", default_value_t = ServeOptions::DEFAULT_RESPONSES_STORE_BYTES >> 20)]
+    pub responses_store_mib: usize,
     /// Require this key (`Authorization: Bearer KEY`) on every route but /health.
     #[arg(long = "api-key", value_name = "KEY", env = "FIRSTWORD_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
@@ -252,6 +256,7 @@ impl ServerArgs {
             cors_origins,
             allowed_hosts,
             responses_store: self.responses_store,
+            responses_store_bytes: self.responses_store_mib.saturating_mul(1 << 20),
             ..ServeOptions::default()
         })
     }

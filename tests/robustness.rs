@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{
-    exclusive_server, generate, long_system_prompt, post, smollm2_path, spawn_server, test_config, tiny_mtp_path,
-    Generated,
+    exclusive_server, generate, long_system_prompt, post, post_json, smollm2_path, spawn_server, test_config,
+    tiny_mtp_path, Generated,
 };
 use firstword::api::ServeOptions;
 use firstword::engine::{SpecMode, SpeculationConfig};
@@ -121,6 +121,42 @@ async fn oversized_lists_and_counts_are_refused() {
     let (status, answer) =
         post(base, &json!({"messages": user, "max_tokens": 4, "repeat_last_n": 4096, "repeat_penalty": 1.1})).await;
     assert_eq!(status, 200, "repeat_last_n = context size: {answer}");
+}
+
+/// Work that grows with a body (rendering a chat, tokenizing, token pieces, stored metadata)
+/// has documented caps on the real model: at them the answer comes, beyond them a 400, and
+/// the server stays healthy. Before, 900K tiny messages rendered for seconds on the async
+/// runtime and one 30 MB `metadata` was stored and served back.
+#[tokio::test]
+async fn bodies_whose_work_grows_with_them_are_bounded() {
+    let (_guard, server) = exclusive_server().await;
+    let base = server.base.as_str();
+    let messages = |n: usize| json!({"messages": vec![json!({"role": "user", "content": "a"}); n]});
+    let (status, answer) = post_json(base, "/apply-template", &messages(4_096)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["prompt"].as_str().is_some_and(|p| p.matches("a<|im_end|>").count() == 4_096), "{answer}");
+    let (status, answer) = post_json(base, "/apply-template", &messages(900_000)).await;
+    assert_refused("900,000 messages", status, &answer, "limit_exceeded");
+    assert_eq!(answer["error"]["param"], "messages");
+    // The context is 4096 tokens: 4 contexts of ids, 16 bytes of text a token.
+    let (_, one) = post_json(base, "/detokenize", &json!({"tokens": [28]})).await;
+    let piece = one["content"].as_str().expect("a piece").to_string();
+    let (status, answer) = post_json(base, "/detokenize", &json!({"tokens": vec![28; 16_384]})).await;
+    assert_eq!((status, answer["content"].as_str()), (200, Some(piece.repeat(16_384).as_str())));
+    let (status, answer) = post_json(base, "/detokenize", &json!({"tokens": vec![0; 16_385]})).await;
+    assert_refused("16,385 ids", status, &answer, "limit_exceeded");
+    let text = "ab ".repeat(65_536 / 3);
+    let (status, answer) = post_json(base, "/tokenize", &json!({"content": text, "with_pieces": true})).await;
+    let pieces = answer["tokens"].as_array().expect("pieces");
+    assert_eq!(status, 200);
+    assert_eq!(pieces.iter().map(|t| t["piece"].as_str().expect("text")).collect::<String>(), text);
+    let (status, answer) = post_json(base, "/tokenize", &json!({"content": "a".repeat(65_537)})).await;
+    assert_refused("65,537 bytes", status, &answer, "limit_exceeded");
+    let metadata = json!({"input": "hi", "metadata": {"k": "v".repeat(30_000_000)}});
+    let (status, answer) = post_json(base, "/v1/responses", &metadata).await;
+    assert_refused("30 MB of metadata", status, &answer, "limit_exceeded");
+    assert_eq!(answer["error"]["param"], "metadata.k");
+    assert_eq!(health(base).await, 200);
 }
 
 fn spaces_request(n: usize) -> Value {

@@ -6,7 +6,8 @@ use futures_util::future::BoxFuture;
 use crate::chat::tools::ToolDefinition;
 use crate::chat::{ChatMessage, TemplateKwargs};
 use crate::engine::{
-    CacheStatus, EngineError, EngineLoad, Event, Generation, GenerationRequest, ModelInfo, PrefillReport,
+    CacheStatus, EngineError, EngineLoad, Event, Generation, GenerationRequest, ModelInfo, PrefillReport, Prompt,
+    RenderedPrompt,
 };
 use crate::Engine;
 
@@ -24,18 +25,27 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// [`EngineError::QueueFull`] or [`EngineError::ShuttingDown`].
     fn ensure_room(&self) -> Result<(), EngineError>;
 
-    /// Queues a request; its events arrive on the returned source.
+    /// Renders a prompt through the chat template: CPU work that grows with the conversation,
+    /// done on a conversion thread, never on the async runtime.
     ///
     /// # Errors
-    /// Not loaded, shutting down, queue full, or the chat template rejected the messages.
-    fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError>;
+    /// Not loaded, or the chat template rejected the messages.
+    fn render(&self, prompt: &Prompt) -> Result<RenderedPrompt, EngineError>;
+
+    /// Queues a request whose prompt [`Backend::render`] rendered; its events arrive on the
+    /// returned source.
+    ///
+    /// # Errors
+    /// Not loaded, shutting down, or queue full.
+    fn submit(&self, request: GenerationRequest, rendered: RenderedPrompt)
+        -> Result<Box<dyn EventSource>, EngineError>;
 
     /// Queues a prefill (the prompt only, no generation); the returned future gives its
     /// report.
     ///
     /// # Errors
     /// As [`Backend::submit`].
-    fn prefill(&self, request: GenerationRequest) -> Result<PrefillFuture, EngineError>;
+    fn prefill(&self, request: GenerationRequest, rendered: RenderedPrompt) -> Result<PrefillFuture, EngineError>;
 
     /// What the cache holds.
     fn cache_status(&self) -> CacheStatus;
@@ -43,16 +53,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Requests running and waiting.
     fn load(&self) -> EngineLoad;
 
-    /// `text`'s token ids.
+    /// `text`'s token ids, on the calling thread (a conversion thread: it has the large stack
+    /// tokenizing needs).
     ///
     /// # Errors
     /// Not loaded, or text that cannot be tokenized safely.
-    fn tokenize(
-        &self,
-        text: String,
-        add_special: bool,
-        parse_special: bool,
-    ) -> BoxFuture<'_, Result<Vec<i32>, EngineError>>;
+    fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<i32>, EngineError>;
 
     /// Each token's bytes.
     ///
@@ -93,12 +99,20 @@ impl Backend for Engine {
         Engine::ensure_room(self)
     }
 
-    fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError> {
-        Ok(Box::new(Engine::submit(self, request)?))
+    fn render(&self, prompt: &Prompt) -> Result<RenderedPrompt, EngineError> {
+        Engine::render(self, prompt)
     }
 
-    fn prefill(&self, request: GenerationRequest) -> Result<PrefillFuture, EngineError> {
-        Ok(Box::pin(Engine::prefill(self, request)?.wait()))
+    fn submit(
+        &self,
+        request: GenerationRequest,
+        rendered: RenderedPrompt,
+    ) -> Result<Box<dyn EventSource>, EngineError> {
+        Ok(Box::new(Engine::submit_rendered(self, request, rendered)?))
+    }
+
+    fn prefill(&self, request: GenerationRequest, rendered: RenderedPrompt) -> Result<PrefillFuture, EngineError> {
+        Ok(Box::pin(Engine::prefill_rendered(self, request, rendered)?.wait()))
     }
 
     fn cache_status(&self) -> CacheStatus {
@@ -109,13 +123,8 @@ impl Backend for Engine {
         Engine::load(self)
     }
 
-    fn tokenize(
-        &self,
-        text: String,
-        add_special: bool,
-        parse_special: bool,
-    ) -> BoxFuture<'_, Result<Vec<i32>, EngineError>> {
-        Box::pin(Engine::tokenize(self, text, add_special, parse_special))
+    fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<i32>, EngineError> {
+        Engine::tokenize_here(self, text, add_special, parse_special)
     }
 
     fn token_pieces(&self, tokens: &[i32]) -> Result<Vec<Vec<u8>>, EngineError> {

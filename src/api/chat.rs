@@ -10,15 +10,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, Stream, StreamExt};
 
+use super::admission::{admit_for_engine, prepare, BodyPermit, Prepared};
 use super::answer::{AnswerShaper, Ending};
 use super::backend::EventSource;
-use super::convert::{prepare, ChatBody, ChatJob};
+use super::convert::{ChatBody, ChatJob};
 use super::error::ApiError;
-use super::extract::read_body;
 use super::frame::{Frames, ResponseMeta, SseFramer};
 use super::request_log::RequestRecord;
 use super::{unix_now, AppState};
-use crate::engine::{Event, GenerationRequest, Timings, TokenLogprob, Usage};
+use crate::engine::{Event, GenerationRequest, RenderedPrompt, Timings, TokenLogprob, Usage};
 
 /// The handler.
 pub(super) async fn chat_completions(
@@ -27,9 +27,9 @@ pub(super) async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let record = RequestRecord::of(&request);
     fail::fail_point!("api::chat");
-    let job = read_chat_job(&state, request).await?;
+    let Prepared { value: (job, rendered), permit } = read_chat_job(&state, request).await?;
     let logprobs = job.request.logprobs.is_some();
-    let (events, in_reasoning) = start(&state, job.request).await?;
+    let (events, in_reasoning) = start(&state, job.request, rendered, permit).await?;
     let meta = ResponseMeta { id: format!("chatcmpl-{}", random_id()), model: job.model, created: unix_now() };
     let shaper = AnswerShaper::new(job.output, in_reasoning);
     if job.stream {
@@ -41,36 +41,35 @@ pub(super) async fn chat_completions(
     }
 }
 
-/// Reads and checks a chat-completions body (also `/v1/prefill`'s) into an engine job.
-pub(super) async fn read_chat_job(state: &AppState, request: Request) -> Result<ChatJob, ApiError> {
+/// Reads and checks a chat-completions body (also `/v1/prefill`'s) into an engine job, its
+/// prompt rendered, on the admission path.
+pub(super) async fn read_chat_job(
+    state: &AppState,
+    request: Request,
+) -> Result<Prepared<(ChatJob, RenderedPrompt)>, ApiError> {
     let model = state.engine.model_info()?;
-    let bytes = read_admitted_body(state, request).await?;
-    prepare(&state.conversions, move || ChatBody::parse(&bytes)?.into_job(&model)).await
+    let admitted = admit_for_engine(state, request).await?;
+    let engine = Arc::clone(&state.engine);
+    prepare(state, admitted, move |bytes| {
+        let job = ChatBody::parse(bytes)?.into_job(&model)?;
+        let rendered = engine.render(&job.request.prompt)?;
+        Ok((job, rendered))
+    })
+    .await
 }
 
-/// Reads a request's body once the engine could run it: refused before the body is read when
-/// it could not run anyway (see [`read_bounded_body`]).
-pub(super) async fn read_admitted_body(state: &AppState, request: Request) -> Result<axum::body::Bytes, ApiError> {
-    state.engine.ensure_room()?;
-    read_bounded_body(state, request).await
-}
-
-/// Reads a request's body unless enough bodies are being read already: concurrent large
-/// bodies would otherwise take unbounded memory.
-pub(super) async fn read_bounded_body(state: &AppState, request: Request) -> Result<axum::body::Bytes, ApiError> {
-    let _reading = state.bodies.try_acquire().map_err(|_| ApiError::Busy("read"))?;
-    read_body(request, state.body_timeout).await
-}
-
-/// Submits `request` and waits until the engine accepts it: rejections the engine finds
-/// (prompt too long, ...) arrive before `Started` and are answered with their own status
-/// instead of a 200 stream. Returns the events and whether the prompt opened the model's
-/// reasoning.
+/// Submits `request` (its prompt `rendered`) and waits until the engine accepts it:
+/// rejections the engine finds (prompt too long, ...) arrive before `Started` and are answered
+/// with their own status instead of a 200 stream. The body `permit` goes once the request is
+/// queued. Returns the events and whether the prompt opened the model's reasoning.
 pub(super) async fn start(
     state: &AppState,
     request: GenerationRequest,
+    rendered: RenderedPrompt,
+    permit: BodyPermit,
 ) -> Result<(Box<dyn EventSource>, bool), ApiError> {
-    let mut events = state.engine.submit(request)?;
+    let mut events = state.engine.submit(request, rendered)?;
+    drop(permit);
     match events.next().await {
         Some(Event::Started { in_reasoning, .. }) => Ok((events, in_reasoning)),
         Some(Event::Failed(e)) => Err(e.into()),

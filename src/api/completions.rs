@@ -8,9 +8,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
+use super::admission::{admit_for_engine, prepare, Prepared};
 use super::answer::AnswerShaper;
-use super::chat::{collect, random_id, read_admitted_body, start, stream_response, EventFramer, Framed, SsePayload};
-use super::convert::{prepare, OutputPlan};
+use super::chat::{collect, random_id, start, stream_response, EventFramer, Framed, SsePayload};
+use super::convert::OutputPlan;
 use super::error::ApiError;
 use super::extract::parse_json;
 use super::frame::{json, wire_timings, wire_usage, ResponseMeta, DONE};
@@ -143,10 +144,16 @@ fn finish_reason(reason: FinishReason) -> &'static str {
 pub(super) async fn completions(State(state): State<Arc<AppState>>, request: Request) -> Result<Response, ApiError> {
     let record = RequestRecord::of(&request);
     let model = state.engine.model_info()?;
-    let bytes = read_admitted_body(&state, request).await?;
-    let job = prepare(&state.conversions, move || into_job(&bytes, &model)).await?;
+    let admitted = admit_for_engine(&state, request).await?;
+    let engine = Arc::clone(&state.engine);
+    let Prepared { value: (job, rendered), permit } = prepare(&state, admitted, move |bytes| {
+        let job = into_job(bytes, &model)?;
+        let rendered = engine.render(&job.request.prompt)?;
+        Ok((job, rendered))
+    })
+    .await?;
     let logprobs = job.request.logprobs.is_some().then(TextLogprobs::default);
-    let (events, _) = start(&state, job.request).await?;
+    let (events, _) = start(&state, job.request, rendered, permit).await?;
     let meta = ResponseMeta { id: format!("cmpl-{}", random_id()), model: job.model, created: unix_now() };
     if job.stream {
         let framer = TextFramer { meta, include_usage: job.include_usage, logprobs, offset: 0, pending: Vec::new() };

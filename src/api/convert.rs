@@ -3,20 +3,16 @@
 //! Ranges follow OpenAI's API; anything this server cannot honour is refused with a 400 naming
 //! the field, never silently ignored.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use serde_json::Value;
-use tokio::sync::Semaphore;
 
 use super::error::{ApiError, Refusal};
 use super::extract::parse_json;
-use super::limits::{check_schema, too_many, MAX_TOOLS};
+use super::limits::{check_schema, too_many, BoundedList, MAX_MESSAGES, MAX_TOOLS};
 use super::sampling::{token_limit, SamplingFields};
 use super::wire::{ChatCompletionRequest, Content, WireMessage};
 use crate::chat::tools::{request_grammar, OutputSchema, ToolChoice, ToolDefinition, ToolFormat, ToolSet};
 use crate::chat::{ChatMessage, Grammar, ReasoningFormat, Role, TemplateKwargs, ToolCall};
-use crate::engine::{GenerationRequest, ModelInfo, Prompt, LARGE_STACK_BYTES, MAX_TOP_LOGPROBS};
+use crate::engine::{GenerationRequest, ModelInfo, Prompt, MAX_TOP_LOGPROBS};
 
 /// A validated request: what to run and how to answer.
 #[derive(Debug)]
@@ -218,41 +214,6 @@ pub(crate) fn template_kwargs(
     Ok(kwargs)
 }
 
-/// Longest a request may take to become an engine job (the schema limits keep real ones far
-/// below it); past it the request is refused, though its conversion runs to its end.
-const PREPARE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Runs `convert` (a request's validation and conversion into an engine job) on a thread of
-/// its own with a large stack, off the async runtime: llama.cpp's schema converter and the
-/// schema validator recurse, and a conversion takes CPU time that must not stall other
-/// connections. At most `permits` conversions run at once (one that timed out keeps its
-/// permit until it ends).
-pub(crate) async fn prepare<T: Send + 'static>(
-    permits: &Arc<Semaphore>,
-    convert: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let busy = || ApiError::Busy("prepared");
-    let permit = tokio::time::timeout(PREPARE_TIMEOUT, Arc::clone(permits).acquire_owned())
-        .await
-        .map_err(|_| busy())?
-        .map_err(|_| busy())?;
-    let (answer, result) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("firstword-prepare".into())
-        .stack_size(LARGE_STACK_BYTES)
-        .spawn(move || {
-            let _ = answer.send(convert());
-            drop(permit);
-        })
-        .map_err(|e| ApiError::Internal(format!("cannot start a thread: {e}")))?;
-    match tokio::time::timeout(PREPARE_TIMEOUT, result).await {
-        Ok(Ok(job)) => job,
-        Ok(Err(_)) => Err(ApiError::Internal("preparing the request failed unexpectedly".into())),
-        Err(_) => Err(ApiError::PrepareTimeout(PREPARE_TIMEOUT)),
-    }
-}
-
-/// `tools`: each `{"type": "function", "function": {"name", "description"?, "parameters"?}}`.
 /// A start-up prompt (`--warm FILE`) from a file's text: a chat-completions body (`messages`
 /// and `tools`; the rest is ignored) when it is a JSON object, else a system prompt, followed by
 /// an empty user message so the part every conversation shares (the system turn and the next
@@ -412,7 +373,8 @@ pub(crate) fn convert_output_format(
     }
 }
 
-fn convert_messages(messages: Vec<WireMessage>) -> Result<Vec<ChatMessage>, ApiError> {
+fn convert_messages(messages: BoundedList<WireMessage>) -> Result<Vec<ChatMessage>, ApiError> {
+    let messages = messages.within("messages", "messages", MAX_MESSAGES)?;
     if messages.is_empty() {
         return Err(ApiError::invalid("messages", "'messages' must contain at least one message"));
     }

@@ -4,9 +4,15 @@
 //! JSON-Schema-to-grammar converter is cubic in optional properties and recursive in `$ref`
 //! chains (a hostile schema aborts the process or takes minutes), a large `enum` costs
 //! seconds per generated character inside the grammar sampler, and the stop-string matcher
-//! and logit-bias sampler cost per token what their lists hold. Requests above a limit get a
-//! 400 that names the limit; OpenAI's own limits are used where it has one.
+//! and logit-bias sampler cost per token what their lists hold; rendering the chat template,
+//! tokenizing and building token pieces cost what the conversation and the texts hold, and
+//! stored responses keep what they were given. Requests above a limit get a 400 that names
+//! the limit; OpenAI's own limits are used where it has one.
 
+use std::marker::PhantomData;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::{ApiError, Refusal};
@@ -19,6 +25,29 @@ pub(crate) const MAX_STOP_BYTES: usize = 256;
 pub(crate) const MAX_LOGIT_BIAS: usize = 300;
 /// Most tools per request (OpenAI's limit).
 pub(crate) const MAX_TOOLS: usize = 128;
+
+/// Most messages of one chat request (of a Responses request: its instructions, the stored
+/// conversation it continues and its input together). Rendering costs what they hold.
+pub(crate) const MAX_MESSAGES: usize = 4_096;
+/// `/tokenize` and `/detokenize` take at most this many contexts' worth of input: token ids
+/// for `/detokenize`, [`TOKENIZE_BYTES_PER_TOKEN`] bytes of text per token for `/tokenize`.
+pub(crate) const TOKENIZER_CONTEXTS: usize = 4;
+/// Bytes of `/tokenize` text per token of its allowance (ordinary text averages about 4).
+pub(crate) const TOKENIZE_BYTES_PER_TOKEN: usize = 4;
+/// Longest Responses `user`, in characters.
+pub(crate) const MAX_USER_CHARS: usize = 256;
+/// Most responses in one `previous_response_id` chain (the new one included).
+pub(crate) const MAX_RESPONSE_CHAIN: usize = 1_024;
+
+/// Limits on a Responses request's `metadata` (OpenAI's): string keys and values.
+pub(crate) mod metadata {
+    /// Key-value pairs.
+    pub(crate) const MAX_PAIRS: usize = 16;
+    /// Longest key, in characters.
+    pub(crate) const MAX_KEY_CHARS: usize = 64;
+    /// Longest value, in characters.
+    pub(crate) const MAX_VALUE_CHARS: usize = 512;
+}
 
 /// Limits on one JSON schema (a tool's parameters, or `response_format`).
 pub(crate) mod schema {
@@ -56,6 +85,123 @@ pub(crate) fn check_stops(stops: &[String]) -> Result<(), ApiError> {
             "stop",
             format!("a stop string may be at most {MAX_STOP_BYTES} bytes long, got {}", long.len()),
         ));
+    }
+    Ok(())
+}
+
+/// A JSON list read up to a limit: the first `max` items are kept, the rest only counted (so
+/// a huge list costs no memory before it is refused).
+#[derive(Debug)]
+pub(crate) struct BoundedList<T> {
+    /// The first items, at most the limit.
+    pub items: Vec<T>,
+    /// How many the list held.
+    pub total: usize,
+}
+
+impl<T> BoundedList<T> {
+    /// The items, or a 400 naming `param` when the list held more than `max`.
+    pub(crate) fn within(self, param: &str, what: &str, max: usize) -> Result<Vec<T>, ApiError> {
+        if self.total > max {
+            return Err(too_many(param, what, self.total, max));
+        }
+        Ok(self.items)
+    }
+}
+
+/// Reads a [`BoundedList`] keeping at most `max` items.
+pub(crate) struct ListSeed<T> {
+    max: usize,
+    item: PhantomData<T>,
+}
+
+impl<T> ListSeed<T> {
+    /// A reader keeping at most `max` items.
+    pub(crate) fn new(max: usize) -> Self {
+        Self { max, item: PhantomData }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for ListSeed<T> {
+    type Value = BoundedList<T>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for ListSeed<T> {
+    type Value = BoundedList<T>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        let mut total = 0;
+        while total < self.max {
+            match seq.next_element()? {
+                Some(item) => items.push(item),
+                None => return Ok(BoundedList { items, total }),
+            }
+            total += 1;
+        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {
+            total += 1;
+        }
+        Ok(BoundedList { items, total })
+    }
+}
+
+/// Chat `messages`, read up to [`MAX_MESSAGES`] (for `deserialize_with`).
+pub(crate) fn bounded_messages<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<BoundedList<T>, D::Error> {
+    ListSeed::new(MAX_MESSAGES).deserialize(deserializer)
+}
+
+/// Checks a Responses request's `metadata` (OpenAI's rules: an object of at most 16 string
+/// values, keys of at most 64 characters, values of at most 512) and `user`.
+pub(crate) fn check_metadata(metadata: Option<&Value>, user: Option<&str>) -> Result<(), ApiError> {
+    use metadata::*;
+    if let Some(user) = user {
+        let chars = user.chars().count();
+        if chars > MAX_USER_CHARS {
+            return Err(ApiError::refused(
+                Refusal::Limit,
+                "user",
+                format!("'user' may be at most {MAX_USER_CHARS} characters long, got {chars}"),
+            ));
+        }
+    }
+    let pairs = match metadata {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(pairs)) => pairs,
+        Some(_) => return Err(ApiError::invalid("metadata", "'metadata' must be an object of string values")),
+    };
+    if pairs.len() > MAX_PAIRS {
+        return Err(too_many("metadata", "metadata pairs", pairs.len(), MAX_PAIRS));
+    }
+    for (key, value) in pairs {
+        let limit = |what: &str, got: usize, max: usize| {
+            ApiError::refused(
+                Refusal::Limit,
+                format!("metadata.{}", key.chars().take(MAX_KEY_CHARS).collect::<String>()),
+                format!("a metadata {what} may be at most {max} characters long, got {got}"),
+            )
+        };
+        let key_chars = key.chars().count();
+        if key_chars > MAX_KEY_CHARS {
+            return Err(limit("key", key_chars, MAX_KEY_CHARS));
+        }
+        let Value::String(text) = value else {
+            return Err(ApiError::invalid(format!("metadata.{key}"), "metadata values must be strings"));
+        };
+        let value_chars = text.chars().count();
+        if value_chars > MAX_VALUE_CHARS {
+            return Err(limit("value", value_chars, MAX_VALUE_CHARS));
+        }
     }
     Ok(())
 }

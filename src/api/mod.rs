@@ -2,6 +2,7 @@
 //! (behind a small trait, so the handlers are tested without a model); never to llama.cpp.
 
 mod access;
+mod admission;
 mod answer;
 mod backend;
 mod chat;
@@ -46,8 +47,9 @@ pub use error::{ApiError, OutputError, Refusal};
 use crate::Engine;
 use backend::Backend;
 
-/// Request bodies read and validated at the same time; more get 503 at once. Bounds the
-/// memory that concurrent large bodies take before the engine's queue admits them.
+/// Request bodies held at the same time, from their reading until the request is queued or
+/// answered; more wait briefly, then get 503. Bounds the memory that concurrent large bodies
+/// (and what they are parsed and rendered into) take.
 const CONCURRENT_BODIES: usize = 8;
 
 /// Requests turned into engine jobs at the same time (schema conversion is CPU-bound).
@@ -74,6 +76,9 @@ pub struct ServeOptions {
     /// Most responses of the Responses API kept in memory for `previous_response_id` and
     /// `GET /v1/responses/{id}` (least recently used dropped first; 0: none kept).
     pub responses_store: usize,
+    /// Most bytes the stored responses may hold, each charged for the conversation it keeps
+    /// (least recently used dropped first; 0: none kept).
+    pub responses_store_bytes: usize,
 }
 
 impl ServeOptions {
@@ -81,6 +86,8 @@ impl ServeOptions {
     pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
     /// Default number of stored responses.
     pub const DEFAULT_RESPONSES_STORE: usize = 1024;
+    /// Default bytes of the stored responses: 256 MiB.
+    pub const DEFAULT_RESPONSES_STORE_BYTES: usize = responses::ResponseStore::DEFAULT_MAX_BYTES;
 }
 
 impl Default for ServeOptions {
@@ -94,6 +101,7 @@ impl Default for ServeOptions {
             cors_origins: CorsOrigins::None,
             allowed_hosts: AllowedHosts::default(),
             responses_store: Self::DEFAULT_RESPONSES_STORE,
+            responses_store_bytes: Self::DEFAULT_RESPONSES_STORE_BYTES,
         }
     }
 }
@@ -102,8 +110,8 @@ struct AppState {
     engine: Arc<dyn Backend>,
     started_at: u64,
     body_timeout: Duration,
-    /// Permits to read and validate a body ([`CONCURRENT_BODIES`]).
-    bodies: Semaphore,
+    /// Permits to hold a body ([`CONCURRENT_BODIES`]; see [`admission`]).
+    bodies: Arc<Semaphore>,
     /// Permits to convert a request on a conversion thread ([`CONCURRENT_CONVERSIONS`]).
     conversions: Arc<Semaphore>,
     /// What `/metrics` exports.
@@ -123,16 +131,24 @@ pub fn router(engine: Engine) -> Router {
 }
 
 fn router_with(engine: Arc<dyn Backend>, options: &ServeOptions) -> Router {
-    let metrics = Arc::new(metrics::Metrics::new());
-    let state = Arc::new(AppState {
+    router_over(app_state(engine, options), options)
+}
+
+fn app_state(engine: Arc<dyn Backend>, options: &ServeOptions) -> Arc<AppState> {
+    Arc::new(AppState {
         engine,
         started_at: unix_now(),
         body_timeout: options.body_timeout,
-        bodies: Semaphore::new(CONCURRENT_BODIES),
+        bodies: Arc::new(Semaphore::new(CONCURRENT_BODIES)),
         conversions: Arc::new(Semaphore::new(CONCURRENT_CONVERSIONS)),
-        metrics: Arc::clone(&metrics),
-        responses: Arc::new(responses::ResponseStore::new(options.responses_store)),
-    });
+        metrics: Arc::new(metrics::Metrics::new()),
+        responses: Arc::new(responses::ResponseStore::bounded(options.responses_store, options.responses_store_bytes)),
+    })
+}
+
+/// The routes over `state`.
+fn router_over(state: Arc<AppState>, options: &ServeOptions) -> Router {
+    let metrics = Arc::clone(&state.metrics);
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/chat/completions", post(chat::chat_completions))

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::Json;
 
+use super::admission::Prepared;
 use super::chat::read_chat_job;
 use super::error::ApiError;
 use super::frame::wire_cache;
@@ -21,8 +22,10 @@ pub(super) async fn prefill(
     request: Request,
 ) -> Result<Json<PrefillAnswer>, ApiError> {
     let record = RequestRecord::of(&request);
-    let job = read_chat_job(&state, request).await?;
-    let report = state.engine.prefill(job.request)?.await?;
+    let Prepared { value: (job, rendered), permit } = read_chat_job(&state, request).await?;
+    let pending = state.engine.prefill(job.request, rendered)?;
+    drop(permit);
+    let report = pending.await?;
     let usage = Usage { prompt_tokens: report.prompt_tokens, cached_tokens: report.cached_tokens, ..Usage::default() };
     record.prefilled(usage, report.timings);
     Ok(Json(answer(job.model, report)))

@@ -5,13 +5,16 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::limits::BoundedList;
 use super::logprobs::ChatLogprobs;
 
 /// `POST /v1/chat/completions` body: the chat's own fields (the shared ones are read from the
 /// same body as [`super::sampling::SamplingFields`]).
 #[derive(Debug, Deserialize)]
 pub(super) struct ChatCompletionRequest {
-    pub messages: Vec<WireMessage>,
+    /// Read up to [`super::limits::MAX_MESSAGES`]; more are counted, not kept.
+    #[serde(deserialize_with = "super::limits::bounded_messages")]
+    pub messages: BoundedList<WireMessage>,
     pub max_completion_tokens: Option<i64>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<i64>,

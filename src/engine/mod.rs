@@ -322,14 +322,39 @@ impl Engine {
     }
 
     /// Renders and queues a request. Events arrive on the returned [`Generation`]; the first is
-    /// `Started` or `Failed` (e.g. the prompt does not fit the context).
+    /// `Started` or `Failed` (e.g. the prompt does not fit the context). Rendering runs on the
+    /// calling thread (a long conversation takes a while: not on an async runtime's worker).
     ///
     /// # Errors
     /// Not loaded yet, shutting down, queue full, or the chat template rejected the messages.
     pub fn submit(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
+        let rendered = self.render(&request.prompt)?;
+        self.submit_rendered(request, rendered)
+    }
+
+    /// Renders a prompt through the model's chat template (other prompts pass through), ready
+    /// for [`Engine::submit_rendered`]: the API renders on its conversion threads, off the
+    /// async runtime.
+    ///
+    /// # Errors
+    /// Not loaded yet, or the chat template rejected the messages.
+    pub(crate) fn render(&self, prompt: &Prompt) -> Result<RenderedPrompt, EngineError> {
+        let (input, landmarks) = self.loaded()?.render(prompt)?;
+        Ok(RenderedPrompt { input, landmarks })
+    }
+
+    /// Queues `request`, whose prompt [`Engine::render`] rendered as `rendered`.
+    ///
+    /// # Errors
+    /// As [`Engine::submit`], but for the template.
+    pub(crate) fn submit_rendered(
+        &self,
+        request: GenerationRequest,
+        rendered: RenderedPrompt,
+    ) -> Result<Generation, EngineError> {
         let waiting = &self.shared.signals.waiting_generations;
         waiting.fetch_add(1, Ordering::Relaxed);
-        let queued = self.queue(request, None);
+        let queued = self.queue(request, rendered, None);
         if queued.is_err() {
             waiting.fetch_sub(1, Ordering::Relaxed);
         }
@@ -348,23 +373,37 @@ impl Engine {
     /// # Errors
     /// As [`Engine::submit`].
     pub fn prefill(&self, request: GenerationRequest) -> Result<PendingPrefill, EngineError> {
+        let rendered = self.render(&request.prompt)?;
+        self.prefill_rendered(request, rendered)
+    }
+
+    /// [`Engine::prefill`] of a prompt [`Engine::render`] rendered.
+    ///
+    /// # Errors
+    /// As [`Engine::submit_rendered`].
+    pub(crate) fn prefill_rendered(
+        &self,
+        request: GenerationRequest,
+        rendered: RenderedPrompt,
+    ) -> Result<PendingPrefill, EngineError> {
         let (report, report_rx) = oneshot::channel();
-        let (events, _) = self.queue(request, Some(report))?;
+        let (events, _) = self.queue(request, rendered, Some(report))?;
         Ok(PendingPrefill { events, report: report_rx })
     }
 
-    /// Admits and renders `request` and queues it (a prefill when `report` is given); returns
-    /// its event receiver and its finish-now flag.
+    /// Admits `request` and queues it with its `rendered` prompt (a prefill when `report` is
+    /// given); returns its event receiver and its finish-now flag.
     fn queue(
         &self,
         request: GenerationRequest,
+        rendered: RenderedPrompt,
         report: Option<oneshot::Sender<PrefillReport>>,
     ) -> Result<(tokio_mpsc::UnboundedReceiver<Event>, Arc<AtomicBool>), EngineError> {
-        let loaded = self.loaded()?;
+        self.loaded()?;
         self.ensure_room()?;
         let admitted = Admission::take(&self.shared.admitted, self.shared.queue_size + 1)
             .ok_or(EngineError::QueueFull { capacity: self.shared.queue_size })?;
-        let (prompt, landmarks) = loaded.render(&request.prompt)?;
+        let RenderedPrompt { input: prompt, landmarks } = rendered;
         let (events, receiver) = tokio_mpsc::unbounded_channel();
         let finish_requested = Arc::new(AtomicBool::new(false));
         let job = Job {
@@ -439,6 +478,22 @@ impl Engine {
         if let Some(worker) = worker {
             let _ = worker.join();
         }
+    }
+}
+
+/// A prompt rendered through the chat template, with where its parts lie: what
+/// [`Engine::render`] gives and [`Engine::submit_rendered`] queues.
+#[derive(Debug)]
+pub(crate) struct RenderedPrompt {
+    input: worker::PromptInput,
+    landmarks: Landmarks,
+}
+
+#[cfg(test)]
+impl RenderedPrompt {
+    /// A rendering of nothing, for a fake engine.
+    pub(crate) fn empty() -> Self {
+        Self { input: worker::PromptInput::Text(String::new()), landmarks: Landmarks::default() }
     }
 }
 

@@ -141,6 +141,21 @@ impl Engine {
         Ok(tokens.into_iter().map(|t| t.0).collect())
     }
 
+    /// [`Engine::tokenize`] on the calling thread, which must have [`LARGE_STACK_BYTES`] of
+    /// stack (the API's conversion threads do).
+    ///
+    /// # Errors
+    /// As [`Engine::tokenize`].
+    pub(crate) fn tokenize_here(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<i32>, EngineError> {
+        let tokens = self.loaded()?.tokenizer.tokenize(text, add_special, parse_special)?;
+        Ok(tokens.into_iter().map(|t| t.0).collect())
+    }
+
     /// Each token's bytes, special tokens written out; their concatenation is the text of
     /// `tokens`.
     ///

@@ -8,8 +8,8 @@ use super::wire::Input;
 use crate::api::error::{ApiError, Refusal};
 use crate::chat::{ChatMessage, Role, ToolCall};
 
-/// Most input items per request.
-pub(super) const MAX_ITEMS: usize = 4096;
+/// Most input items per request (as many as messages).
+pub(super) const MAX_ITEMS: usize = crate::api::limits::MAX_MESSAGES;
 
 /// The messages of `input`.
 ///

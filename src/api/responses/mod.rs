@@ -21,14 +21,16 @@ use serde_json::{json, Value};
 
 pub(crate) use store::ResponseStore;
 
+use super::admission::{admit_for_engine, prepare, Prepared};
 use super::answer::AnswerShaper;
-use super::chat::{random_id, read_admitted_body, run_to_end, start, stream_response};
+use super::chat::{random_id, run_to_end, start, stream_response};
 use super::convert::{
-    convert_output_format, convert_tool_choice, convert_tools, prepare, reasoning_budget, template_kwargs,
-    top_logprobs, Constraints, FunctionShape, OutputPlan,
+    convert_output_format, convert_tool_choice, convert_tools, reasoning_budget, template_kwargs, top_logprobs,
+    Constraints, FunctionShape, OutputPlan,
 };
-use super::error::ApiError;
+use super::error::{ApiError, Refusal};
 use super::extract::parse_json;
+use super::limits::{check_metadata, too_many, MAX_MESSAGES, MAX_RESPONSE_CHAIN};
 use super::logprobs::short_number;
 use super::request_log::RequestRecord;
 use super::sampling::{token_limit, SamplingFields};
@@ -36,7 +38,7 @@ use super::{unix_now, AppState};
 use crate::chat::{ChatMessage, Role, ToolCall};
 use crate::engine::{FinishReason, GenerationRequest, ModelInfo, Prompt, Usage};
 use input::input_messages;
-use store::StoredResponse;
+use store::{json_bytes, StoredResponse};
 use stream::ResponseFramer;
 use wire::{
     CreateResponse, Deleted, Echo, IncompleteDetails, InputTokensDetails, OutputItem, OutputTokensDetails,
@@ -148,6 +150,7 @@ impl ResponseJob {
     fn new(bytes: &[u8], model: &ModelInfo, store: &Arc<ResponseStore>) -> Result<Self, ApiError> {
         let body: CreateResponse = parse_json(bytes)?;
         refuse_unsupported(&body)?;
+        check_metadata(body.metadata.as_ref(), body.user.as_deref())?;
         let parent =
             match &body.previous_response_id {
                 Some(id) => Some(store.get(id).ok_or_else(|| ApiError::ResponseNotFound {
@@ -156,7 +159,25 @@ impl ResponseJob {
                 })?),
                 None => None,
             };
+        if let Some(length) = parent.as_ref().map(|p| p.chain_length()).filter(|&n| n >= MAX_RESPONSE_CHAIN) {
+            return Err(ApiError::refused(
+                Refusal::Limit,
+                "previous_response_id",
+                format!(
+                    "a chain of previous_response_id may hold at most {MAX_RESPONSE_CHAIN} responses; this one holds {length} already (start a new chain with the conversation as input)"
+                ),
+            ));
+        }
         let input = input_messages(body.input.ok_or_else(|| ApiError::invalid("input", "'input' is required"))?)?;
+        let earlier = body.instructions.iter().count() + parent.as_ref().map_or(0, |p| p.message_count());
+        if earlier + input.len() > MAX_MESSAGES {
+            return Err(too_many(
+                "input",
+                "messages (instructions, the stored conversation and the input together)",
+                earlier + input.len(),
+                MAX_MESSAGES,
+            ));
+        }
         let mut messages = Vec::new();
         messages.extend(body.instructions.iter().map(|text| ChatMessage::new(Role::System, text.clone())));
         messages.extend(parent.iter().flat_map(|p| p.conversation()));
@@ -179,7 +200,7 @@ impl ResponseJob {
         let effort = body.reasoning.and_then(|r| r.effort);
         let kwargs = template_kwargs(None, effort.clone(), "reasoning.effort")?;
         let store_it = body.store.unwrap_or(true) && store.enabled();
-        let echo = Echo {
+        let mut echo = Echo {
             instructions: body.instructions,
             max_output_tokens,
             model: body.model.filter(|m| !m.is_empty()).unwrap_or_else(|| model.id.clone()),
@@ -195,7 +216,9 @@ impl ResponseJob {
             truncation: "disabled",
             metadata: body.metadata.unwrap_or_else(|| json!({})),
             user: body.user,
+            json_bytes: 0,
         };
+        echo.json_bytes = json_bytes(&echo);
         Ok(Self {
             request: GenerationRequest {
                 prompt: Prompt::Chat { messages, tools: definitions, template_kwargs: kwargs },
@@ -248,10 +271,16 @@ pub(super) async fn create_response(
 ) -> Result<Response, ApiError> {
     let record = RequestRecord::of(&request);
     let model = state.engine.model_info()?;
-    let bytes = read_admitted_body(&state, request).await?;
+    let admitted = admit_for_engine(&state, request).await?;
     let store = Arc::clone(&state.responses);
-    let job = prepare(&state.conversions, move || ResponseJob::new(&bytes, &model, &store)).await?;
-    let (events, in_reasoning) = start(&state, job.request).await?;
+    let engine = Arc::clone(&state.engine);
+    let Prepared { value: (job, rendered), permit } = prepare(&state, admitted, move |bytes| {
+        let job = ResponseJob::new(bytes, &model, &store)?;
+        let rendered = engine.render(&job.request.prompt)?;
+        Ok((job, rendered))
+    })
+    .await?;
+    let (events, in_reasoning) = start(&state, job.request, rendered, permit).await?;
     let mut framer = ResponseFramer::new(job.answering, AnswerShaper::new(job.output, in_reasoning));
     if job.stream {
         return Ok(stream_response(events, framer, record).into_response());
@@ -290,7 +319,7 @@ impl crate::fuzzing::Api {
     /// # Errors
     /// The [`ApiError`] the endpoint answers with.
     pub fn validate_response(body: &[u8], model: &ModelInfo) -> Result<GenerationRequest, ApiError> {
-        ResponseJob::new(body, model, &Arc::new(ResponseStore::new(0))).map(|job| job.request)
+        ResponseJob::new(body, model, &Arc::new(ResponseStore::bounded(0, 0))).map(|job| job.request)
     }
 }
 

@@ -249,3 +249,80 @@ fn the_answers_logprobs_go_with_its_text_and_the_reasonings_are_left_out() {
     let OutputItem::Message { content, .. } = &response.output[1] else { panic!("the message second") };
     assert_eq!(content[0].logprobs.len(), 2);
 }
+
+#[test]
+fn metadata_and_user_are_checked_as_openai_does() {
+    use crate::api::limits::metadata::{MAX_KEY_CHARS, MAX_PAIRS, MAX_VALUE_CHARS};
+    let store = Arc::new(ResponseStore::new(8));
+    let pairs = |n: usize| Value::Object((0..n).map(|i| (format!("k{i}"), json!("v"))).collect());
+    assert!(job(json!({"input": "x", "metadata": pairs(MAX_PAIRS), "user": "u-1"}), &store).is_ok());
+    let cases = [
+        (json!({"metadata": pairs(MAX_PAIRS + 1)}), "metadata", "at most 16 metadata pairs"),
+        (json!({"metadata": {"k".repeat(MAX_KEY_CHARS + 1): "v"}}), "metadata.", "key may be at most 64"),
+        (json!({"metadata": {"k": "v".repeat(MAX_VALUE_CHARS + 1)}}), "metadata.k", "value may be at most 512"),
+        // One 30 MB value was stored and served back before.
+        (json!({"metadata": {"k": "v".repeat(30_000_000)}}), "metadata.k", "got 30000000"),
+        (json!({"metadata": {"k": {"nested": true}}}), "metadata.k", "must be strings"),
+        (json!({"metadata": ["a"]}), "metadata", "must be an object"),
+        (json!({"user": "u".repeat(10_000)}), "user", "at most 256 characters"),
+    ];
+    for (mut body, param, expected) in cases {
+        body["input"] = json!("x");
+        let error = job(body, &store).err().unwrap_or_else(|| panic!("{expected}: accepted"));
+        assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST, "{expected}");
+        assert!(error.param().is_some_and(|p| p.starts_with(param)), "{expected}: {:?}", error.param());
+        assert!(error.to_string().contains(expected), "{expected}: {error}");
+    }
+}
+
+#[test]
+fn the_store_is_bounded_in_bytes_each_response_charged_for_its_chain() {
+    let object = |id: &str| {
+        let answering = job(json!({"input": "x"}), &Arc::new(ResponseStore::new(0))).expect("accepted").answering;
+        ResponseObject { id: id.to_string(), ..answering.in_progress() }
+    };
+    let turn = |size: usize| vec![ChatMessage::user("x".repeat(size))];
+    let store = ResponseStore::bounded(1_000, 1 << 20);
+    // Twenty responses of 100 kB each: the store keeps what fits in 1 MiB, newest first.
+    for i in 0..20 {
+        assert!(store.put(Arc::new(StoredResponse::new(None, turn(100_000), object(&i.to_string())))));
+    }
+    let (bytes, count) = store.usage();
+    assert!(bytes <= 1 << 20 && (9..=10).contains(&count), "{bytes} bytes in {count}");
+    assert!(store.get("19").is_some() && store.get("0").is_none());
+    // A chain's later response is charged for the earlier ones it keeps alive.
+    let a = Arc::new(StoredResponse::new(None, turn(400_000), object("a")));
+    let b = Arc::new(StoredResponse::new(Some(Arc::clone(&a)), turn(400_000), object("b")));
+    assert!(store.put(Arc::clone(&a)) && store.put(b));
+    let (bytes, count) = store.usage();
+    assert!(bytes <= 1 << 20, "{bytes}");
+    assert!(store.get("b").is_some() && store.get("a").is_none(), "a is charged within b: {count} stored");
+    // One larger than the whole store is not stored.
+    assert!(!store.put(Arc::new(StoredResponse::new(None, turn(2 << 20), object("big")))));
+    assert!(store.get("big").is_none() && store.get("b").is_some());
+    assert!(store.remove("b"));
+    assert_eq!(store.usage(), (0, 0));
+    // What a response echoes of its request (instructions, tools) counts too.
+    let long = job(json!({"input": "x", "instructions": "i".repeat(300_000)}), &Arc::new(ResponseStore::new(0)));
+    let echoing = ResponseObject { id: "echo".into(), ..long.expect("accepted").answering.in_progress() };
+    assert!(!ResponseStore::bounded(8, 500_000).put(Arc::new(StoredResponse::new(None, Vec::new(), echoing))));
+}
+
+#[test]
+fn a_chain_is_at_most_the_documented_length() {
+    use crate::api::limits::MAX_RESPONSE_CHAIN;
+    let store = Arc::new(ResponseStore::new(8));
+    let object = |id: &str| {
+        let answering = job(json!({"input": "x"}), &Arc::new(ResponseStore::new(0))).expect("accepted").answering;
+        ResponseObject { id: id.to_string(), ..answering.in_progress() }
+    };
+    let mut chain: Option<Arc<StoredResponse>> = None;
+    for _ in 0..MAX_RESPONSE_CHAIN - 1 {
+        chain = Some(Arc::new(StoredResponse::new(chain, Vec::new(), object("link"))));
+    }
+    store.put(Arc::new(StoredResponse::new(chain, Vec::new(), object("last"))));
+    let error = job(json!({"input": "x", "previous_response_id": "last"}), &store).err().expect("refused");
+    assert_eq!(error.param().as_deref(), Some("previous_response_id"));
+    assert_eq!(error.code(), Some("limit_exceeded"));
+    assert!(error.to_string().contains("at most 1024 responses"), "{error}");
+}

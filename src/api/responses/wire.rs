@@ -74,6 +74,9 @@ pub(crate) struct Echo {
     pub truncation: &'static str,
     pub metadata: Value,
     pub user: Option<String>,
+    /// The length of this echo as JSON, counted once on the conversion thread (for the store).
+    #[serde(skip)]
+    pub json_bytes: usize,
 }
 
 /// The response object.

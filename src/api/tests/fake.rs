@@ -1,16 +1,18 @@
 //! A scripted engine: fixed model facts and room, and one scripted event list per submission.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use super::super::backend::{Backend, EventSource, PrefillFuture};
 use crate::chat::tools::ToolDefinition;
 use crate::chat::{ChatMessage, TemplateKwargs};
-use crate::engine::{CacheStatus, EngineError, EngineLoad, Event, GenerationRequest, ModelInfo, PrefillReport};
+use crate::engine::{
+    CacheStatus, EngineError, EngineLoad, Event, GenerationRequest, ModelInfo, PrefillReport, Prompt, RenderedPrompt,
+};
 
 /// An engine whose answers are written in advance.
 pub(super) struct FakeEngine {
@@ -26,6 +28,13 @@ pub(super) struct FakeEngine {
     pub(super) cache: CacheStatus,
     /// What a prefill reports (none: the engine stopped).
     pub(super) prefilled: Option<PrefillReport>,
+    /// Rendering, tokenizing and looking up pieces wait while a test holds this for writing
+    /// (so a test can keep conversions running).
+    pub(super) hold: Arc<RwLock<()>>,
+    /// The threads rendering, tokenizing and piece lookups ran on, by name.
+    pub(super) worked_on: Mutex<Vec<String>>,
+    /// Calls that are rendering, tokenizing or looking up pieces now.
+    pub(super) working: AtomicUsize,
 }
 
 impl FakeEngine {
@@ -39,6 +48,9 @@ impl FakeEngine {
             finish_requested: Arc::new(AtomicBool::new(false)),
             cache: CacheStatus::default(),
             prefilled: None,
+            hold: Arc::new(RwLock::new(())),
+            worked_on: Mutex::new(Vec::new()),
+            working: AtomicUsize::new(0),
         }
     }
 
@@ -58,6 +70,16 @@ impl FakeEngine {
     }
 }
 
+impl FakeEngine {
+    /// Notes the thread, then waits while a test holds [`FakeEngine::hold`].
+    fn work(&self) {
+        self.worked_on.lock().push(std::thread::current().name().unwrap_or("unnamed").to_string());
+        self.working.fetch_add(1, Ordering::SeqCst);
+        drop(self.hold.read());
+        self.working.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Backend for FakeEngine {
     fn model_info(&self) -> Result<ModelInfo, EngineError> {
         self.info.clone()
@@ -67,14 +89,19 @@ impl Backend for FakeEngine {
         self.room.clone()
     }
 
-    fn submit(&self, request: GenerationRequest) -> Result<Box<dyn EventSource>, EngineError> {
+    fn render(&self, _: &Prompt) -> Result<RenderedPrompt, EngineError> {
+        self.work();
+        Ok(RenderedPrompt::empty())
+    }
+
+    fn submit(&self, request: GenerationRequest, _: RenderedPrompt) -> Result<Box<dyn EventSource>, EngineError> {
         self.room.clone()?;
         self.submitted.lock().push(request);
         let events = std::mem::take(&mut *self.script.lock()).into();
         Ok(Box::new(Scripted { events, finish_requested: Arc::clone(&self.finish_requested) }))
     }
 
-    fn prefill(&self, request: GenerationRequest) -> Result<PrefillFuture, EngineError> {
+    fn prefill(&self, request: GenerationRequest, _: RenderedPrompt) -> Result<PrefillFuture, EngineError> {
         self.room.clone()?;
         self.submitted.lock().push(request);
         let outcome = self.prefilled.ok_or(EngineError::ShuttingDown);
@@ -90,12 +117,14 @@ impl Backend for FakeEngine {
     }
 
     /// One token per byte.
-    fn tokenize(&self, text: String, _: bool, _: bool) -> BoxFuture<'_, Result<Vec<i32>, EngineError>> {
-        Box::pin(std::future::ready(Ok(text.bytes().map(i32::from).collect())))
+    fn tokenize(&self, text: &str, _: bool, _: bool) -> Result<Vec<i32>, EngineError> {
+        self.work();
+        Ok(text.bytes().map(i32::from).collect())
     }
 
     /// Each id's byte.
     fn token_pieces(&self, tokens: &[i32]) -> Result<Vec<Vec<u8>>, EngineError> {
+        self.work();
         tokens
             .iter()
             .map(|&t| {
@@ -111,6 +140,7 @@ impl Backend for FakeEngine {
         _: &[ToolDefinition],
         _: &TemplateKwargs,
     ) -> Result<String, EngineError> {
+        self.work();
         Ok(messages.iter().map(|m| format!("{}: {}\n", m.role.as_str(), m.content)).collect())
     }
 }

@@ -2,6 +2,7 @@
 //! ([`fake`]) and the router's tests over it ([`router`]).
 
 mod access;
+mod admission;
 mod fake;
 mod request_log;
 mod router;
