@@ -1,8 +1,9 @@
 //! The disk cache: a restarted engine serves the conversation from disk and answers exactly as
 //! one that never stopped; files that are damaged (their header included) or were written for
-//! another model, parameters or template, or whose state llama.cpp refuses or does not hold
-//! their tokens, are refused (removed) and the answer is a fresh engine's; the budget evicts
-//! the least recently used file; a directory other users could write to is not used.
+//! another model file, or whose state llama.cpp refuses or does not hold their tokens, are
+//! refused (removed) and the answer is a fresh engine's; files of instances with other
+//! parameters or templates are kept for them; the budget evicts the least recently used file;
+//! a directory other users could write to is not used.
 
 mod common;
 
@@ -200,19 +201,19 @@ fn truncated_zeroed_and_corrupt_files_are_refused() {
     });
 }
 
+/// Two instances of one model with other context sizes or templates share a cache directory:
+/// each skips the other's files and keeps them (before, each start removed the other's file
+/// and both started cold); each restores its own.
 #[test]
-fn files_of_other_parameters_templates_and_models_are_refused() {
-    let dir = TempDir::new("foreign");
+fn files_of_other_parameters_and_templates_are_kept_for_their_instance() {
+    let dir = TempDir::new("instances");
     let config = config(smollm2_path(), &dir);
     let (turn1, _) = turns(200);
     let prompt = chat(&turn1);
     write_one_turn(&config, prompt.clone());
+    let first = dir.cache_files();
+    assert_eq!(first.len(), 1, "{first:?}");
 
-    // Another context size.
-    let other_context = EngineConfig { ctx_size: Some(2048), ..config.clone() };
-    refused_after(&dir, &other_context, &prompt, |_| {});
-
-    // Another chat template (the same turns, written by a file).
     let template = dir.0.join("chatml.jinja");
     std::fs::write(
         &template,
@@ -220,17 +221,44 @@ fn files_of_other_parameters_templates_and_models_are_refused() {
          {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
     )
     .expect("template");
-    let other_template = EngineConfig { chat_template_file: Some(template), ..other_context.clone() };
-    refused_after(&dir, &other_template, &prompt, |_| {});
+    let others = [
+        EngineConfig { ctx_size: Some(2048), ..config.clone() },
+        EngineConfig { chat_template_file: Some(template), ..config.clone() },
+    ];
+    for (i, other) in others.iter().enumerate() {
+        // The other instance starts with nothing of its own, leaves the files it finds, and
+        // writes its own beside them.
+        let engine = Engine::start(other.clone()).expect("model loads");
+        let status = engine.cache_status();
+        assert_eq!(status.live_tokens, 0, "nothing restored: {status:?}");
+        assert!(status.disk.expect("disk cache on").entries.is_empty());
+        let answer = greedy(&engine, prompt.clone(), 8);
+        assert_eq!(answer.timings.cache.reason, Some(CacheMiss::Cold), "{:?}", answer.timings.cache);
+        drop(engine);
+        let files = dir.cache_files();
+        assert_eq!(files.len(), i + 2, "each instance keeps its own file: {files:?}");
+        assert!(first.iter().all(|file| files.contains(file)), "{files:?}");
+    }
+    // Each instance restores its own file at its next start.
+    for own in std::iter::once(&config).chain(&others) {
+        let engine = Engine::start(own.clone()).expect("model loads");
+        let answer = greedy(&engine, prompt.clone(), 8);
+        assert!(answer.usage.cached_tokens > 0, "{:?}", answer.timings.cache);
+        assert_eq!(answer.timings.cache.source, CacheSource::Disk, "{:?}", answer.timings.cache);
+        drop(engine);
+    }
+}
 
-    // Another model behind the same path (a model file replaced by another).
+/// A file written for another model file behind the same path can never be used again: it is
+/// refused and removed.
+#[test]
+fn files_of_a_replaced_model_are_refused() {
+    let dir = TempDir::new("replaced");
+    let config = config(smollm2_path(), &dir);
     let link = dir.0.join("model.gguf");
     std::os::unix::fs::symlink(smollm2_path(), &link).expect("symlink");
     let linked = EngineConfig { model_path: link.clone(), ..config.clone() };
     let tokens = Prompt::Tokens((1..200).collect());
-    for file in dir.cache_files() {
-        std::fs::remove_file(file).expect("clean");
-    }
     write_one_turn(&linked, tokens.clone());
     std::fs::remove_file(&link).expect("unlink");
     std::os::unix::fs::symlink(model_path("tiny-lfm2.gguf"), &link).expect("symlink");

@@ -122,6 +122,24 @@ pub(crate) struct Fingerprint {
     pub(crate) template_hash: String,
 }
 
+impl Mismatch {
+    /// Whether the file is of this very model and build, written by an instance with other
+    /// parameters, draft model or template: usable by that instance, so kept. A file of another
+    /// model file or build is never usable again.
+    pub(crate) fn is_another_instance(&self) -> bool {
+        matches!(self, Self::DraftModel | Self::Parameters(_) | Self::Template)
+    }
+}
+
+impl Fingerprint {
+    /// A short hash of the whole fingerprint, for file names: instances of one model with other
+    /// parameters or templates never write over each other's files.
+    pub(crate) fn short_hash(&self) -> String {
+        let text = serde_json::to_string(self).unwrap_or_default();
+        format!("{:08x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()) >> 32)
+    }
+}
+
 /// Why a file's fingerprint does not match this engine's.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Mismatch {
@@ -213,9 +231,12 @@ mod tests {
         let mut file = fingerprint();
         file.context.n_ctx = 2048;
         assert_eq!(file.check(&engine), Err(Mismatch::Parameters("context size 2048, now 4096".into())));
+        assert!(file.check(&engine).expect_err("mismatch").is_another_instance());
+        assert_ne!(file.short_hash(), engine.short_hash(), "another instance's files get other names");
         file.template_hash = Fingerprint::template_hash("other");
         file.model.modified_ns = 6;
         assert_eq!(file.check(&engine), Err(Mismatch::Model("file modified since".into())));
+        assert!(!file.check(&engine).expect_err("mismatch").is_another_instance(), "a replaced model's files go");
         let mut file = fingerprint();
         file.template_hash = Fingerprint::template_hash("other");
         assert_eq!(file.check(&engine), Err(Mismatch::Template));

@@ -1,11 +1,15 @@
 //! The disk cache: sequence states kept across restarts, so the first turn after an update,
 //! a crash or a reboot is warm. Each model file gets its own directory under the cache
 //! directory; the byte budget covers the whole cache directory, least recently used files
-//! first. Files are written by a thread of their own (see [`writer`]) and read on demand; a
-//! file that is damaged or was written for another model, build, parameters or template is
-//! refused with a warning naming it and the reason, and removed. A directory another user
-//! could write to is refused (see [`private_dir`]); a writer thread that stopped turns the disk
-//! cache off for the rest of the process.
+//! first, whoever wrote them. Files are written by a thread of their own (see [`writer`]) and
+//! read on demand; a file that is damaged, or was written for another model file or llama.cpp
+//! build (never usable again), is refused with a warning naming it and the reason, and
+//! removed. A file of the same model written with other context parameters, another draft
+//! model or another chat template belongs to another instance (or another configuration) that
+//! shares the directory: it is skipped, kept, and counted in the budget. The files the engine
+//! does not use are listed once at start and again when room is made, never on a status call.
+//! A directory another user could write to is refused (see [`private_dir`]); a writer thread
+//! that stopped turns the disk cache off for the rest of the process.
 
 mod file;
 mod identity;
@@ -50,7 +54,8 @@ impl DiskEntry {
     }
 }
 
-/// A file of another model's directory, which the budget covers too.
+/// A file this engine does not use (another model's, or another instance's of this model),
+/// which the budget covers too.
 struct ForeignFile {
     path: PathBuf,
     bytes: u64,
@@ -68,6 +73,8 @@ pub(crate) struct DiskCache {
     /// Entries serve only prompts that continue them in full (see the RAM store).
     whole_only: bool,
     entries: Vec<DiskEntry>,
+    /// Files of the cache directory this engine does not use, as last listed.
+    others: Vec<ForeignFile>,
     writer: Writer,
     /// Set once the writer thread is found stopped: the disk cache is then off for the rest
     /// of the process, with this reason.
@@ -98,10 +105,12 @@ impl DiskCache {
             fingerprint,
             whole_only,
             entries: Vec::new(),
+            others: Vec::new(),
             writer: Writer::start()?,
             off: OnceLock::new(),
         };
         cache.index()?;
+        cache.others = cache.list_others();
         Ok(cache)
     }
 
@@ -133,6 +142,13 @@ impl DiskCache {
                         replaces: Vec::new(),
                     };
                     self.entries.push(entry);
+                }
+                Err(Refusal::Mismatch(mismatch)) if mismatch.is_another_instance() => {
+                    tracing::info!(
+                        "disk cache: skipping {}: {mismatch} (another instance's or configuration's file: kept, \
+                         and counted in the budget)",
+                        path.display()
+                    );
                 }
                 Err(refusal) => refuse(&path, &refusal),
             }
@@ -277,7 +293,7 @@ impl DiskCache {
         }
         self.entries.retain(|entry| entry.written() || entry.pending());
         self.make_room(bytes);
-        let path = self.dir.join(format!("{}.{EXTENSION}", tokens_hash(tokens)));
+        let path = self.dir.join(format!("{}-{}.{EXTENSION}", self.fingerprint.short_hash(), tokens_hash(tokens)));
         let status = Arc::new(AtomicU8::new(PENDING));
         let header = Header {
             fingerprint: self.fingerprint.clone(),
@@ -299,11 +315,14 @@ impl DiskCache {
         self.writer.push(WriteJob { path, header, state: state.clone(), status, replaces });
     }
 
-    /// Removes least recently used files (this model's written entries and other models'
-    /// files) until `bytes` more fit the budget.
+    /// Removes least recently used files (this engine's written entries and the others' files)
+    /// until `bytes` more fit the budget. The others' files are listed again first: other
+    /// instances may have written some since.
     fn make_room(&mut self, bytes: u64) {
-        let mut foreign = self.foreign_files();
-        let mut used = self.used_bytes_with(&foreign);
+        self.others = self.list_others();
+        let foreign = &mut self.others;
+        let mut used = self.entries.iter().filter(|e| e.written() || e.pending()).map(|e| e.bytes).sum::<u64>()
+            + foreign.iter().map(|file| file.bytes).sum::<u64>();
         while used + bytes > self.budget {
             let own = self
                 .entries
@@ -322,7 +341,7 @@ impl DiskCache {
                 }
                 (_, Some((index, _))) => {
                     let file = foreign.swap_remove(index);
-                    tracing::debug!(file = %file.path.display(), "disk cache: evicted another model's file");
+                    tracing::debug!(file = %file.path.display(), "disk cache: evicted a file this engine does not use");
                     let _ = std::fs::remove_file(&file.path);
                     used = used.saturating_sub(file.bytes);
                 }
@@ -331,15 +350,18 @@ impl DiskCache {
         }
     }
 
-    /// Complete files of other models' directories.
-    fn foreign_files(&self) -> Vec<ForeignFile> {
+    /// Complete files of the cache directory that are not this engine's entries: other
+    /// models' directories, and other instances' files in this model's.
+    fn list_others(&self) -> Vec<ForeignFile> {
         let Ok(dirs) = std::fs::read_dir(&self.root) else { return Vec::new() };
+        let own: std::collections::HashSet<&Path> = self.entries.iter().map(|entry| entry.path.as_path()).collect();
         dirs.flatten()
             .map(|dir| dir.path())
-            .filter(|dir| *dir != self.dir && dir.is_dir())
+            .filter(|dir| dir.is_dir())
             .filter_map(|dir| std::fs::read_dir(dir).ok())
             .flat_map(|files| files.flatten())
             .filter(|file| file.path().extension().and_then(|e| e.to_str()) == Some(EXTENSION))
+            .filter(|file| !own.contains(file.path().as_path()))
             .filter_map(|file| {
                 let metadata = file.metadata().ok()?;
                 let used_at = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
@@ -348,14 +370,11 @@ impl DiskCache {
             .collect()
     }
 
-    fn used_bytes_with(&self, foreign: &[ForeignFile]) -> u64 {
-        let own: u64 = self.entries.iter().filter(|e| e.written() || e.pending()).map(|e| e.bytes).sum();
-        own + foreign.iter().map(|file| file.bytes).sum::<u64>()
-    }
-
-    /// Bytes the cache directory holds (this model's entries being written included).
+    /// Bytes the cache directory holds (this engine's entries being written included), as
+    /// last listed.
     fn used_bytes(&self) -> u64 {
-        self.used_bytes_with(&self.foreign_files())
+        let own: u64 = self.entries.iter().filter(|e| e.written() || e.pending()).map(|e| e.bytes).sum();
+        own + self.others.iter().map(|file| file.bytes).sum::<u64>()
     }
 
     /// Waits for the queued files, at most `limit`; false if some were not written (at once
