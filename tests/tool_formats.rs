@@ -91,7 +91,17 @@ fn row(name: &str, source: &str) -> (String, Option<ToolFormat>) {
     };
     let tool_format = format.tool_format().clone();
     let tools = test_tools();
-    let rendered = format.render(&conversation(&sample_calls()[..1]), &tools);
+    let mut rendered = format.render(&conversation(&sample_calls()[..1]), &tools);
+    // Variables of the template's own (firefunction's `functions`, `datetime`) come from the
+    // client's `chat_template_kwargs`.
+    let own = ChatTemplate::new(source, "<s>", "</s>").map(|t| t.free_variables()).unwrap_or_default();
+    let mut needs = String::new();
+    if rendered.is_err() && !own.is_empty() {
+        let kwargs = own.iter().map(|name| (name.clone(), json!(""))).collect();
+        rendered = format.render_with(&conversation(&sample_calls()[..1]), &tools, &kwargs);
+        let names: Vec<String> = own.iter().map(|name| format!("`{name}`")).collect();
+        needs = format!(" (given {} in `chat_template_kwargs`)", names.join(", "));
+    }
     let note = match (&rendered, tool_format.family()) {
         (Err(e), Family::Generic) => format!("renders no call turn: {}", first_line(&e.to_string())),
         (Ok(_), Family::Generic) => "the template writes no tool calls".into(),
@@ -99,9 +109,11 @@ fn row(name: &str, source: &str) -> (String, Option<ToolFormat>) {
         (Ok(chat), _) => {
             let written = tool_format.write_calls(&sample_calls()[..1], &tools);
             if chat.text.contains(&written) {
-                "native; history written exactly as generated".into()
+                format!("native; history written exactly as generated{needs}")
             } else {
-                "native; the template rewrites calls in the history (cache kept by the next turn's anticipation)".into()
+                format!(
+                    "native; the template rewrites calls in the history (cache kept by the next turn's anticipation){needs}"
+                )
             }
         }
     };

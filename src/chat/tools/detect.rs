@@ -25,7 +25,10 @@ pub(crate) type Render<'r> = dyn Fn(&[ChatMessage], &[ToolDefinition], bool) -> 
 
 /// The tools of the probe conversations.
 fn probe_tools() -> Vec<ToolDefinition> {
-    let parameters = json!({"type": "object", "properties": {KEY_ONE: {"type": "string"}, KEY_TWO: {"type": "integer"}},
+    // Described parameters: Command R+'s template writes each parameter's description.
+    let parameters = json!({"type": "object", "properties": {
+            KEY_ONE: {"type": "string", "description": "A text."},
+            KEY_TWO: {"type": "integer", "description": "A number."}},
         "required": [KEY_ONE]});
     [FUNCTION_ONE, FUNCTION_TWO]
         .into_iter()
@@ -303,4 +306,31 @@ fn marker_suffix<'a>(a: &'a str, b: &str) -> &'a str {
         start += rest.chars().next().map_or(1, char::len_utf8);
     }
     &a[start..]
+}
+
+#[cfg(test)]
+mod zz_debug {
+    use super::*;
+    #[test]
+    fn zz_probe_detect() {
+        let Ok(names) = std::env::var("PROBE") else { return };
+        for name in names.split(',') {
+            let source = std::fs::read_to_string(format!("models/templates/{name}.jinja")).unwrap();
+            let template = crate::chat::ChatTemplate::new(&source, "<s>", "</s>").unwrap();
+            let render = |messages: &[ChatMessage], tools: &[ToolDefinition], generation: bool| {
+                let definitions = serde_json::Value::Array(tools.iter().map(ToolDefinition::to_openai_json).collect());
+                template.render(messages, Some(&definitions), generation, &crate::chat::TemplateKwargs::new()).ok()
+            };
+            let tools = probe_tools();
+            let Some(probes) = Probes::render(&render, &tools) else {
+                println!("{name}: no probes");
+                continue;
+            };
+            println!("{name}: one={:?}\ntwo={:?}\nplain={:?}", probes.one, probes.two, probes.plain);
+            let first = CallSpan::find(&probes.one, FUNCTION_ONE, 0, None);
+            println!("first: {:?}", first.as_ref().map(|f| (f.start, f.end, &f.body)));
+            println!("describe: {:?}", probes.describe(crate::chat::ReasoningFormat::detect(&source)));
+            println!("read: {:?}", read_syntax(&render, crate::chat::ReasoningFormat::detect(&source)));
+        }
+    }
 }
