@@ -307,30 +307,3 @@ fn marker_suffix<'a>(a: &'a str, b: &str) -> &'a str {
     }
     &a[start..]
 }
-
-#[cfg(test)]
-mod zz_debug {
-    use super::*;
-    #[test]
-    fn zz_probe_detect() {
-        let Ok(names) = std::env::var("PROBE") else { return };
-        for name in names.split(',') {
-            let source = std::fs::read_to_string(format!("models/templates/{name}.jinja")).unwrap();
-            let template = crate::chat::ChatTemplate::new(&source, "<s>", "</s>").unwrap();
-            let render = |messages: &[ChatMessage], tools: &[ToolDefinition], generation: bool| {
-                let definitions = serde_json::Value::Array(tools.iter().map(ToolDefinition::to_openai_json).collect());
-                template.render(messages, Some(&definitions), generation, &crate::chat::TemplateKwargs::new()).ok()
-            };
-            let tools = probe_tools();
-            let Some(probes) = Probes::render(&render, &tools) else {
-                println!("{name}: no probes");
-                continue;
-            };
-            println!("{name}: one={:?}\ntwo={:?}\nplain={:?}", probes.one, probes.two, probes.plain);
-            let first = CallSpan::find(&probes.one, FUNCTION_ONE, 0, None);
-            println!("first: {:?}", first.as_ref().map(|f| (f.start, f.end, &f.body)));
-            println!("describe: {:?}", probes.describe(crate::chat::ReasoningFormat::detect(&source)));
-            println!("read: {:?}", read_syntax(&render, crate::chat::ReasoningFormat::detect(&source)));
-        }
-    }
-}
