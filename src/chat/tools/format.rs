@@ -27,6 +27,8 @@ struct Description {
     /// The template refuses a system message (Gemma 2): the generic format's tool description
     /// opens the first user turn instead.
     tools_in_user_turn: bool,
+    /// The template writes one call per reply (GigaChat's drops the others).
+    single_call: bool,
 }
 
 /// The kinds of call syntax, for logs, `/v1/models` and the docs.
@@ -90,6 +92,7 @@ impl ToolFormat {
             short_ids: false,
             calls_in_text: false,
             tools_in_user_turn: false,
+            single_call: false,
         }))
     }
 
@@ -328,7 +331,11 @@ impl ToolFormat {
                     .ok()
             };
             match read_syntax(&render, reasoning) {
-                Some((layout, body)) => Self::described(layout, body),
+                Some((layout, body, true)) => Self::described(layout, body),
+                Some((layout, body, false)) => {
+                    let format = Self::described(layout, body);
+                    Self(Arc::new(Description { single_call: true, ..(*format.0).clone() }))
+                }
                 None => Self::generic(),
             }
         });
@@ -409,10 +416,11 @@ impl ToolFormat {
         matches!(self.body(), Body::Json { .. }).then_some('{')
     }
 
-    /// Whether a reply may hold several calls (Llama 3 writes one per message).
+    /// Whether a reply may hold several calls (Llama 3 writes one per message, and so do
+    /// templates that write only a reply's first call).
     #[must_use]
     pub fn parallel_calls(&self) -> bool {
-        *self.layout() != Layout::BareJson
+        *self.layout() != Layout::BareJson && !self.0.single_call
     }
 
     /// Texts that start a call wherever they appear in free text: the triggers of a lazy
