@@ -52,11 +52,20 @@ pub fn prepare_messages(format: &ToolFormat, messages: &[ChatMessage], tools: &[
 }
 
 /// The generic format for a template that refuses a system message and wants user and
-/// assistant turns to alternate (Gemma 2): the tool description opens the first user turn, and
-/// the results of one reply's calls make one user turn.
+/// assistant turns to alternate (Gemma 2): the tool description (after the system message's
+/// text, when there is one) opens the first user turn, and the results of one reply's calls
+/// make one user turn. Without tools a system message is left to the template.
 fn in_user_turns(format: &ToolFormat, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Vec<ChatMessage> {
     let mut prepared: Vec<ChatMessage> = Vec::with_capacity(messages.len());
     let mut described = tools.is_empty();
+    let mut instructions = if described { String::new() } else { generic_tool_prompt(tools) };
+    let mut messages = messages;
+    if let (false, Some((first, rest))) = (described, messages.split_first()) {
+        if first.role == Role::System {
+            instructions = format!("{}\n\n{instructions}", first.content);
+            messages = rest;
+        }
+    }
     for message in messages {
         match message.role {
             Role::Assistant => prepared.push(with_calls_in_text(format, message, tools)),
@@ -72,7 +81,7 @@ fn in_user_turns(format: &ToolFormat, messages: &[ChatMessage], tools: &[ToolDef
             }
             Role::User if !described => {
                 described = true;
-                prepared.push(ChatMessage::user(format!("{}\n\n{}", generic_tool_prompt(tools), message.content)));
+                prepared.push(ChatMessage::user(format!("{instructions}\n\n{}", message.content)));
             }
             _ => prepared.push(message.clone()),
         }
@@ -157,7 +166,7 @@ mod tests {
         assistant.tool_calls = ["a", "b"]
             .map(|id| ToolCall { id: id.into(), name: "get_weather".into(), arguments: "{}".into() })
             .to_vec();
-        let mut messages = vec![ChatMessage::user("Weather?"), assistant];
+        let mut messages = vec![ChatMessage::system("Be brief."), ChatMessage::user("Weather?"), assistant];
         for (id, text) in [("a", "sunny"), ("b", "warm")] {
             let mut result = ChatMessage::new(Role::Tool, text);
             result.tool_call_id = Some(id.into());
@@ -166,7 +175,8 @@ mod tests {
         let prepared = prepare_messages(&format, &messages, &[tool()]);
         let roles: Vec<Role> = prepared.iter().map(|m| m.role).collect();
         assert_eq!(roles, [Role::User, Role::Assistant, Role::User]);
-        assert!(prepared[0].content.starts_with("# Tools") && prepared[0].content.ends_with("\n\nWeather?"));
+        assert!(prepared[0].content.starts_with("Be brief.\n\n# Tools"), "{}", prepared[0].content);
+        assert!(prepared[0].content.ends_with("\n\nWeather?"));
         assert_eq!(
             prepared[2].content,
             "<tool_response>\nsunny\n</tool_response>\n<tool_response>\nwarm\n</tool_response>"
