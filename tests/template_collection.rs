@@ -325,6 +325,14 @@ const KNOWN: &[(&str, &str, &str)] = &[
          writes the tool prompt without tools and a plain chat works",
     ),
     ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "'NoneType' object is not iterable", "as Hermes 2 Pro's"),
+    (
+        "Kimi-K2-Instruct",
+        "access to attribute 'append' of 'list' object is unsafe",
+        "keeps its call ids in `namespace(ids=[])` with `ids.append(…)` and `ids.pop(0)`: jinja2's immutable sandbox \
+         refuses to grow a list, so transformers renders no conversation with calls; firstword grows the lists a \
+         namespace holds, as llama.cpp's template engine does",
+    ),
+    ("Kimi-K2-Thinking", "access to attribute 'append' of 'list' object is unsafe", "as Kimi-K2-Instruct's"),
     ("CohereForAI-c4ai-command-r-plus-tool_use", "'NoneType' object is not iterable", "as Hermes 2 Pro's"),
     (
         "llama-cpp-deepseek-r1",

@@ -137,8 +137,11 @@ async fn every_format_grammar_parses_in_llama_cpp() {
                 }
             }
             if choice == ToolChoice::Required {
+                // The opener, or as much of it as the token limit let through (DeepSeek's
+                // full-width markers take more than 24 of SmolLM2's tokens).
                 let opener = &format.openers()[0];
-                assert!(text.starts_with(opener.as_str()) || format == ToolFormat::llama3(), "{format:?}: {text:?}");
+                let constrained = text.starts_with(opener.as_str()) || (!text.is_empty() && opener.starts_with(&text));
+                assert!(constrained || format == ToolFormat::llama3(), "{format:?}: {text:?}");
             }
         }
     }

@@ -48,8 +48,24 @@ fn chat_format(source: &str) -> Result<ChatFormat, String> {
     Ok(ChatFormat::new(template, TemplateSource::File("t".into())))
 }
 
+/// The test tools, every parameter described (Command R+'s template writes each description).
 fn test_tools() -> Vec<ToolDefinition> {
-    common::tools::tool_definitions()
+    let mut tools = common::tools::tool_definitions();
+    for tool in &mut tools {
+        for (_, property) in tool.parameters["properties"].as_object_mut().into_iter().flatten() {
+            if property.get("description").is_none() {
+                property["description"] = json!("A value.");
+            }
+        }
+    }
+    tools
+}
+
+/// The variables a template reads of its own (firefunction's `functions` and `datetime`), as a
+/// client gives them in `chat_template_kwargs`, empty.
+fn own_variables(source: &str) -> firstword::chat::TemplateKwargs {
+    let template = ChatTemplate::new(source, "<s>", "</s>").expect("compiles");
+    template.free_variables().into_iter().map(|name| (name, json!(""))).collect()
 }
 
 fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
@@ -91,7 +107,16 @@ fn row(name: &str, source: &str) -> (String, Option<ToolFormat>) {
     };
     let tool_format = format.tool_format().clone();
     let tools = test_tools();
-    let rendered = format.render(&conversation(&sample_calls()[..1]), &tools);
+    let mut rendered = format.render(&conversation(&sample_calls()[..1]), &tools);
+    // Variables of the template's own (firefunction's `functions`, `datetime`) come from the
+    // client's `chat_template_kwargs`.
+    let own = own_variables(source);
+    let mut needs = String::new();
+    if rendered.is_err() && !own.is_empty() {
+        rendered = format.render_with(&conversation(&sample_calls()[..1]), &tools, &own);
+        let names: Vec<String> = own.keys().map(|name| format!("`{name}`")).collect();
+        needs = format!(" (given {} in `chat_template_kwargs`)", names.join(", "));
+    }
     let note = match (&rendered, tool_format.family()) {
         (Err(e), Family::Generic) => format!("renders no call turn: {}", first_line(&e.to_string())),
         (Ok(_), Family::Generic) => "the template writes no tool calls".into(),
@@ -99,11 +124,18 @@ fn row(name: &str, source: &str) -> (String, Option<ToolFormat>) {
         (Ok(chat), _) => {
             let written = tool_format.write_calls(&sample_calls()[..1], &tools);
             if chat.text.contains(&written) {
-                "native; history written exactly as generated".into()
+                format!("native; history written exactly as generated{needs}")
             } else {
-                "native; the template rewrites calls in the history (cache kept by the next turn's anticipation)".into()
+                format!(
+                    "native; the template rewrites calls in the history (cache kept by the next turn's anticipation){needs}"
+                )
             }
         }
+    };
+    let note = if tool_format.parallel_calls() || tool_format.family() == Family::Llama3 || rendered.is_err() {
+        note
+    } else {
+        format!("{note}; one call per reply")
     };
     let exact = note.contains("exactly");
     let summary = tool_format.summary().replace('\n', "\\n").replace('|', "\\|");
@@ -283,5 +315,87 @@ fn every_native_format_parses_its_templates_calls_and_its_grammar_takes_them() {
             check(verdict(&model, &named, &two) == Verdict::Rejected, format!("named, two calls {two:?}"));
         }
     }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// For every template with a native format, model-free: the reply a model writes in that
+/// format (one call, then two where the format allows several) comes back as those calls with
+/// no text beside them; the client sends them back re-serialized (`{"city":"Paris"}`) with
+/// their results, and the next prompt holds the calls as the model wrote them (where the
+/// template writes calls as generated) and the results. The engine's run of a representative
+/// per family is tests/tool_templates.rs.
+#[test]
+fn every_native_template_renders_the_round_trip_of_its_own_calls() {
+    let definitions = test_tools();
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for (name, source) in templates() {
+        let Ok(chat) = chat_format(&source) else { continue };
+        let format = chat.tool_format().clone();
+        if format.family() == Family::Generic {
+            continue;
+        }
+        let kwargs = own_variables(&source);
+        let calls = sample_calls();
+        let counts: &[usize] = if format.parallel_calls() { &[1, 2] } else { &[1] };
+        for &count in counts {
+            let mut fail = |what: String| failures.push(format!("{name} ({count} calls): {what}"));
+            let written = format.write_calls(&calls[..count], &definitions);
+            let reply = chat.reply_message(&written, false, &definitions);
+            let read: Vec<(String, Value)> = reply
+                .tool_calls
+                .iter()
+                .map(|c| (c.name.clone(), serde_json::from_str(&c.arguments).unwrap_or(Value::Null)))
+                .collect();
+            let expected: Vec<(String, Value)> = calls[..count]
+                .iter()
+                .map(|c| (c.name.clone(), serde_json::from_str(&c.arguments).expect("JSON")))
+                .collect();
+            if read != expected || !reply.content.trim().is_empty() {
+                fail(format!("the reply {written:?} reads as {read:?} and text {:?}", reply.content));
+                continue;
+            }
+            // The client re-serializes the arguments and sends the calls back with results.
+            let mut messages =
+                vec![ChatMessage::system("Be brief."), ChatMessage::user("Weather in Paris, and a timer?")];
+            let mut assistant = ChatMessage::assistant("");
+            assistant.tool_calls = reply
+                .tool_calls
+                .iter()
+                .zip(&calls)
+                .map(|(read, sent)| {
+                    let compact = serde_json::to_string(&serde_json::from_str::<Value>(&read.arguments).expect("JSON"));
+                    ToolCall { id: sent.id.clone(), name: read.name.clone(), arguments: compact.expect("JSON") }
+                })
+                .collect();
+            messages.push(assistant);
+            for call in &calls[..count] {
+                let mut result = ChatMessage::new(Role::Tool, format!("result of {}", call.name));
+                result.tool_call_id = Some(call.id.clone());
+                result.name = Some(call.name.clone());
+                messages.push(result);
+            }
+            let prompt = match chat.render_with(&messages, &definitions, &kwargs) {
+                Ok(rendered) => rendered.text,
+                Err(e) => {
+                    fail(format!("the round trip does not render: {e}"));
+                    continue;
+                }
+            };
+            for call in &calls[..count] {
+                if !prompt.contains(&format!("result of {}", call.name)) || !prompt.contains(&call.name) {
+                    fail(format!("the call and result of {} in {prompt:?}", call.name));
+                }
+            }
+            let exact = chat
+                .render_with(&conversation(&calls[..1]), &definitions, &kwargs)
+                .is_ok_and(|first| first.text.contains(&format.write_calls(&calls[..1], &definitions)));
+            if exact && !prompt.contains(&written) {
+                fail(format!("the calls as generated, {written:?}, in {prompt:?}"));
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 60, "{checked} native templates checked");
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }

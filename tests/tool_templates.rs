@@ -9,7 +9,6 @@ use std::path::PathBuf;
 
 use common::tools::{check_call, request, tool_definitions, tools};
 use common::{post, post_json, spawn_server, stream_chunks, test_config};
-use firstword::chat::tools::ToolFormat;
 use firstword::chat::ToolCall;
 use firstword::{Engine, EngineConfig};
 use serde_json::{json, Value};
@@ -21,16 +20,27 @@ fn template(name: &str) -> PathBuf {
     path
 }
 
-/// One of each family, the most used first. (Seed-OSS's template is left out: SmolLM2 under its
-/// grammar and reasoning markers spends the whole token limit without a visible call.)
-const TEMPLATES: &[(&str, &str)] = &[
-    ("Qwen3-Coder", "xml"),
-    ("deepseek-ai-DeepSeek-V3.1", "name+json"),
-    ("GLM-4.6", "xml"),
-    ("moonshotai-Kimi-K2", "name+json"),
-    ("unsloth-mistral-Devstral-Small-2507", "name+json"),
-    ("MiniMax-M2", "xml"),
-    ("Qwen-Qwen3-0.6B", "json"),
+/// One of each family and kind of marker, the most used first, and whether the template writes
+/// earlier calls exactly as the model generated them (gpt-oss and Mistral Nemo rewrite them).
+/// (Seed-OSS's template is left out: SmolLM2 under its grammar and reasoning markers spends the
+/// whole token limit without a visible call.) Every native template's round trip is checked
+/// model-free by tests/tool_formats.rs.
+const TEMPLATES: &[(&str, &str, bool)] = &[
+    ("Qwen3-Coder", "xml", true),
+    ("deepseek-ai-DeepSeek-V3.1", "name+json", true),
+    ("GLM-4.6", "xml", true),
+    ("moonshotai-Kimi-K2", "name+json", true),
+    ("unsloth-mistral-Devstral-Small-2507", "name+json", true),
+    ("MiniMax-M2", "xml", true),
+    ("Qwen-Qwen3-0.6B", "json", true),
+    ("openai-gpt-oss-120b", "harmony", false),
+    ("meta-llama-Llama-3.2-3B-Instruct", "llama3", true),
+    ("LFM2-8B-A1B", "pythonic", true),
+    ("google-gemma-4-31B-it", "gemma4", true),
+    ("mistralai-Mistral-Nemo-Instruct-2407", "json", false),
+    ("Kimi-K2-Instruct", "name+json", true),
+    ("MiniMax-M3", "xml", true),
+    ("google-gemma-2-2b-it", "generic", true),
 ];
 
 /// The calls of an answer as (name, arguments), each checked against the test tools' schemas.
@@ -51,7 +61,7 @@ fn checked_calls(answer: &Value, context: &str) -> Vec<(String, String, String)>
 #[tokio::test]
 async fn every_family_makes_required_calls_and_renders_the_round_trip_its_way() {
     let only = std::env::var("FIRSTWORD_TEMPLATE").ok();
-    for &(name, family) in TEMPLATES.iter().filter(|(name, _)| only.as_deref().is_none_or(|o| o == *name)) {
+    for &(name, family, exact) in TEMPLATES.iter().filter(|(name, ..)| only.as_deref().is_none_or(|o| o == *name)) {
         let path = template(name);
         let config = EngineConfig {
             chat_template_file: Some(path),
@@ -101,7 +111,7 @@ async fn every_family_makes_required_calls_and_renders_the_round_trip_its_way() 
         let mut messages = body["messages"].as_array().expect("messages").clone();
         messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function",
             "function": {"name": function, "arguments": arguments}}]}));
-        messages.push(json!({"role": "tool", "tool_call_id": id, "content": "{\"ok\": true}"}));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": "Timer started."}));
         let follow = json!({"messages": messages, "tools": tools(), "max_tokens": 16, "temperature": 0});
         let (status, reply) = post(&server.base, &follow).await;
         assert_eq!(status, 200, "{name}: {reply}");
@@ -115,9 +125,19 @@ async fn every_family_makes_required_calls_and_renders_the_round_trip_its_way() 
         let python = serde_json::to_string(&value).expect("JSON").replace("\":", "\": ").replace(",\"", ", \"");
         let call = ToolCall { id: id.clone(), name: function.clone(), arguments: python };
         let written = info.tool_format.write_calls(&[call], &tool_definitions());
-        assert!(prompt.contains(&written), "{name}: the call as the template writes it, {written:?}, in {prompt:?}");
-        assert!(prompt.contains("{\"ok\": true}"), "{name}: the result");
-        assert_ne!(info.tool_format, ToolFormat::generic(), "{name}");
+        if exact {
+            assert!(
+                prompt.contains(&written),
+                "{name}: the call as the template writes it, {written:?}, in {prompt:?}"
+            );
+        } else {
+            // The template writes the call its own way: its name and arguments are there.
+            assert!(prompt.contains(&function), "{name}: the call in {prompt:?}");
+            for (_, value) in value.as_object().into_iter().flatten() {
+                assert!(prompt.contains(&value.to_string()), "{name}: the argument {value} in {prompt:?}");
+            }
+        }
+        assert!(prompt.contains("Timer started."), "{name}: the result");
         server.engine.wait_idle_blocking();
         println!("{name}: {family} call {function}({arguments}), streamed {streamed:?}");
     }

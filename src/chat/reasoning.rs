@@ -15,27 +15,54 @@ pub struct ReasoningFormat {
     pub close: &'static str,
     /// What the engine writes to end the reasoning when its budget is spent.
     pub forced_close: &'static str,
+    /// What may follow the close marker before the answer or a call, left out of both
+    /// (Harmony's `<|start|>assistant`, which opens the next message); empty for most.
+    pub resume: &'static str,
+    /// What opens the answer, left out of it (Harmony's `<|channel|>final<|message|>`); empty
+    /// for most.
+    pub answer_open: &'static str,
 }
 
 impl ReasoningFormat {
     /// The formats firstword knows, most specific first (a template is matched by its close
     /// marker).
     pub const KNOWN: &'static [Self] = &[
+        // gpt-oss's Harmony: the analysis channel (matched by its open marker: `<|end|>` ends
+        // other templates' turns too).
+        Self::HARMONY,
         // Seed-OSS.
-        Self { open: "<seed:think>", close: "</seed:think>", forced_close: "\n</seed:think>\n\n" },
+        Self::marked("<seed:think>", "</seed:think>", "\n</seed:think>\n\n"),
         // DeepSeek-R1, Qwen3, QwQ, SmolLM3, GLM-4.5, Hunyuan, and the templates written like them.
-        Self { open: "<think>", close: "</think>", forced_close: "\n</think>\n\n" },
+        Self::marked("<think>", "</think>", "\n</think>\n\n"),
         // Magistral.
-        Self { open: "[THINK]", close: "[/THINK]", forced_close: "[/THINK]" },
+        Self::marked("[THINK]", "[/THINK]", "[/THINK]"),
         // Command R7B and Command A Reasoning.
-        Self { open: "<|START_THINKING|>", close: "<|END_THINKING|>", forced_close: "<|END_THINKING|>" },
+        Self::marked("<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINKING|>"),
     ];
 
-    /// The reasoning format a chat template writes, detected from its close marker; `None` for
-    /// templates of models that do not think.
+    /// gpt-oss's Harmony: reasoning on the analysis channel, the answer on the final one
+    /// (`<|channel|>analysis<|message|>…<|end|><|start|>assistant<|channel|>final<|message|>…`),
+    /// calls on the commentary one.
+    pub const HARMONY: Self = Self {
+        open: "<|channel|>analysis<|message|>",
+        close: "<|end|>",
+        forced_close: "<|end|><|start|>assistant",
+        resume: "<|start|>assistant",
+        answer_open: "<|channel|>final<|message|>",
+    };
+
+    const fn marked(open: &'static str, close: &'static str, forced_close: &'static str) -> Self {
+        Self { open, close, forced_close, resume: "", answer_open: "" }
+    }
+
+    /// The reasoning format a chat template writes, detected from its close marker (Harmony's
+    /// from its open marker); `None` for templates of models that do not think.
     #[must_use]
     pub fn detect(template: &str) -> Option<Self> {
-        Self::KNOWN.iter().copied().find(|format| template.contains(format.close))
+        Self::KNOWN.iter().copied().find(|format| {
+            let marker = if format.answer_open.is_empty() { format.close } else { format.open };
+            template.contains(marker)
+        })
     }
 
     /// Whether a prompt ends inside an opened reasoning block (the generation prompt wrote the
@@ -149,14 +176,34 @@ impl ReasoningSplitter {
         if self.format.open.starts_with(rest) {
             return false;
         }
+        if !self.format.answer_open.is_empty() {
+            // Harmony answers without reasoning on the final channel.
+            self.phase = Phase::AnswerStart;
+            return true;
+        }
         self.phase = Phase::Answer;
         out.content.push_str(&std::mem::take(&mut self.held));
         false
     }
 
-    /// Drops whitespace at the start of a part; moves on once other text arrived.
+    /// Drops whitespace at the start of a part (and, before the answer, the format's `resume`
+    /// and `answer_open` markers); moves on once other text arrived.
     fn skip_whitespace(&mut self) -> bool {
-        let trimmed = self.held.trim_start();
+        let mut trimmed = self.held.trim_start();
+        if self.phase == Phase::AnswerStart {
+            for marker in [self.format.resume, self.format.answer_open] {
+                if marker.is_empty() {
+                    continue;
+                }
+                if let Some(rest) = trimmed.strip_prefix(marker) {
+                    trimmed = rest.trim_start();
+                } else if !trimmed.is_empty() && marker.starts_with(trimmed) {
+                    // May be the marker: wait for more.
+                    self.held = trimmed.to_string();
+                    return false;
+                }
+            }
+        }
         if trimmed.is_empty() {
             self.held.clear();
             return false;
@@ -196,7 +243,7 @@ impl ReasoningSplitter {
 mod tests {
     use super::*;
 
-    const THINK: ReasoningFormat = ReasoningFormat::KNOWN[1];
+    const THINK: ReasoningFormat = ReasoningFormat::KNOWN[2];
 
     /// The whole split of `pieces` fed one by one, then finished.
     fn split(inside: bool, pieces: &[&str]) -> Split {
@@ -253,6 +300,35 @@ mod tests {
     fn unclosed_reasoning_stays_reasoning_and_an_unfinished_marker_is_text() {
         assert_eq!(split(true, &["still thinking </th"]), both("still thinking </th", ""));
         assert_eq!(split(false, &["<thi"]), both("", "<thi"));
+    }
+
+    #[test]
+    fn harmony_analysis_is_reasoning_and_the_final_channel_the_answer() {
+        let harmony = ReasoningFormat::detect("{{ '<|start|>assistant<|channel|>analysis<|message|>' }}<|end|>");
+        assert_eq!(harmony, Some(ReasoningFormat::HARMONY));
+        assert_eq!(ReasoningFormat::detect("<|user|>{{ m }}<|end|>"), None, "Phi-3.5 ends its turns with <|end|>");
+        let text = "<|channel|>analysis<|message|>User wants weather.<|end|><|start|>assistant<|channel|>final<|message|>Sunny.";
+        let whole = |pieces: &[&str]| {
+            let mut splitter = ReasoningSplitter::new(ReasoningFormat::HARMONY, false);
+            let mut all = Split::default();
+            let mut parts: Vec<Split> = pieces.iter().map(|p| splitter.push(p)).collect();
+            parts.push(splitter.finish());
+            for piece in parts {
+                all.reasoning.push_str(&piece.reasoning);
+                all.content.push_str(&piece.content);
+            }
+            all
+        };
+        assert_eq!(whole(&[text]), both("User wants weather.", "Sunny."));
+        for at in (1..text.len()).filter(|&at| text.is_char_boundary(at)) {
+            assert_eq!(whole(&[&text[..at], &text[at..]]), both("User wants weather.", "Sunny."), "split at {at}");
+        }
+        let call = "<|channel|>analysis<|message|>Call it.<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>";
+        assert_eq!(
+            whole(&[call]),
+            both("Call it.", "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>")
+        );
+        assert_eq!(whole(&["<|channel|>final<|message|>Hi."]), both("", "Hi."), "no reasoning");
     }
 
     #[test]

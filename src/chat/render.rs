@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::tools::{prepare_messages, CallMemory, ParsedPiece, ToolCallParser, ToolDefinition, ToolFormat};
+use super::tools::{prepare_messages, CallMemory, ParsedPiece, ToolCallParser, ToolDefinition, ToolFormat, ToolSet};
 use super::{
     ChatMessage, ChatTemplate, Landmarks, ModelTemplateFacts, ReasoningFormat, ReasoningSplitter, TemplateError,
     TemplateKwargs, TemplateSource, ToolCall,
@@ -126,7 +126,12 @@ impl ChatFormat {
             }
         };
         if !tools.is_empty() {
+            // The tools' schemas tell a parameter's JSON value from its text.
+            let tool_set = ToolSet::new(tools.to_vec()).ok();
             let mut parser = ToolCallParser::new(self.tool_format.clone());
+            if let Some(tool_set) = &tool_set {
+                parser = parser.with_tools(tool_set);
+            }
             let mut pieces = parser.push(&message.content);
             let (rest, calls) = parser.finish();
             pieces.extend(rest);
@@ -215,7 +220,7 @@ mod tests {
             {% if add_generation_prompt %}<assistant><think>{% endif %}";
         let template = ChatTemplate::new(source, "", "").expect("compiles");
         let format = ChatFormat::new(template, TemplateSource::File("t".into()));
-        assert_eq!(format.reasoning(), Some(ReasoningFormat::KNOWN[1]));
+        assert_eq!(format.reasoning(), Some(ReasoningFormat::KNOWN[2]));
         let reply = format.reply_message("\nHm.\n</think>\n\nHello!", true, &[]);
         assert_eq!((reply.reasoning.as_deref(), reply.content.as_str()), (Some("Hm."), "Hello!"));
         let plain = chatml().reply_message("<think>x</think>y", false, &[]);

@@ -8,6 +8,7 @@ use minijinja::value::Kwargs;
 use minijinja::{Environment, ErrorKind, Value};
 
 mod generation;
+mod lists;
 mod python;
 
 use super::pyjson;
@@ -130,6 +131,7 @@ impl ChatTemplate {
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
+        env.add_function("namespace", lists::namespace);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
         env.add_filter("string", python::string_filter);
@@ -204,6 +206,44 @@ impl ChatTemplate {
             return Ok((compile(GEMMA_TEMPLATE)?, TemplateSource::Builtin("gemma")));
         }
         Err(TemplateError::Missing(facts.architecture.clone()))
+    }
+
+    /// The variables the template reads that neither the template nor a rendering defines
+    /// (firefunction's `functions` and `datetime`): clients give them in
+    /// `chat_template_kwargs`.
+    #[must_use]
+    pub fn free_variables(&self) -> Vec<String> {
+        const GIVEN: &[&str] = &[
+            "messages",
+            "tools",
+            "add_generation_prompt",
+            "bos_token",
+            "eos_token",
+            "range",
+            "namespace",
+            "dict",
+            "raise_exception",
+            "strftime_now",
+            "lipsum",
+            "cycler",
+            "joiner",
+            "debug",
+            "loop",
+            "self",
+            "true",
+            "false",
+            "none",
+            "True",
+            "False",
+            "None",
+        ];
+        let Ok(template) = self.env.get_template(TEMPLATE_NAME) else { return Vec::new() };
+        let mut names: Vec<String> =
+            template.undeclared_variables(false).into_iter().filter(|name| !GIVEN.contains(&name.as_str())).collect();
+        // A variable the template sets somewhere (under a condition) is its own.
+        names.retain(|name| !self.source.contains(&format!("set {name} ")));
+        names.sort();
+        names
     }
 
     /// The template's Jinja source.

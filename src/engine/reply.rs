@@ -162,7 +162,12 @@ impl<'j> Reply<'j> {
         // Markers that are single special tokens are shown (the reasoning's too, so the text
         // can be split); other special tokens are not.
         let reasoning = self.reasoning;
-        let markers = reasoning.iter().flat_map(|r| [r.format.open, r.format.close]);
+        // Harmony's `<|channel|>analysis<|message|>` is three tokens, each shown.
+        let markers = reasoning.iter().flat_map(|r| {
+            let pieces = [r.format.open, r.format.close, r.format.resume, r.format.answer_open];
+            let tokens = pieces.into_iter().flat_map(crate::chat::tools::token_pieces);
+            pieces.into_iter().chain(tokens).collect::<Vec<_>>()
+        });
         let preserved: Vec<LlamaToken> = request
             .preserved_tokens
             .iter()

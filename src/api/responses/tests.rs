@@ -110,7 +110,7 @@ fn a_stream_adds_each_item_with_its_parts_and_completes_with_the_same_items() {
     )
     .expect("accepted");
     request.output.format = ToolFormat::generic();
-    request.output.reasoning = Some(ReasoningFormat::KNOWN[1]);
+    request.output.reasoning = Some(ReasoningFormat::KNOWN[2]);
     let events = vec![
         Event::Text("Think".into()),
         Event::Text("ing.</think>\n\nSure. ".into()),
@@ -231,7 +231,7 @@ fn the_answers_logprobs_go_with_its_text_and_the_reasonings_are_left_out() {
     let body = json!({"input": "Hi", "include": ["message.output_text.logprobs"]});
     let mut request = job(body, &store).expect("accepted");
     assert_eq!(request.request.logprobs, Some(0));
-    request.output.reasoning = Some(ReasoningFormat::KNOWN[1]);
+    request.output.reasoning = Some(ReasoningFormat::KNOWN[2]);
     let events = vec![
         Event::Logprobs(vec![token("Hm"), token(".</think>")]),
         Event::Text("Hm.</think>".into()),

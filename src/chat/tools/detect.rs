@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::syntax::{Body, Layout, Markers, Params, ARGUMENT_KEY, CALL_ID, CALL_INDEX};
+use super::syntax::{Body, Layout, Markers, Params, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NUMBER};
 use super::{ToolCallParser, ToolDefinition, ToolFormat, ToolSet};
 use crate::chat::{ChatMessage, ReasoningFormat, Role, ToolCall};
 
@@ -25,7 +25,10 @@ pub(crate) type Render<'r> = dyn Fn(&[ChatMessage], &[ToolDefinition], bool) -> 
 
 /// The tools of the probe conversations.
 fn probe_tools() -> Vec<ToolDefinition> {
-    let parameters = json!({"type": "object", "properties": {KEY_ONE: {"type": "string"}, KEY_TWO: {"type": "integer"}},
+    // Described parameters: Command R+'s template writes each parameter's description.
+    let parameters = json!({"type": "object", "properties": {
+            KEY_ONE: {"type": "string", "description": "A text."},
+            KEY_TWO: {"type": "integer", "description": "A number."}},
         "required": [KEY_ONE]});
     [FUNCTION_ONE, FUNCTION_TWO]
         .into_iter()
@@ -49,13 +52,14 @@ fn probe_call(index: usize) -> ToolCall {
     }
 }
 
-/// The call syntax `render` writes, `None` when it writes no calls or none this reading
+/// The call syntax `render` writes and whether it writes several calls in a reply (GigaChat's
+/// template writes the first only); `None` when it writes no calls or none this reading
 /// understands (the caller then uses the generic format). `reasoning` is the template's
 /// reasoning format: what it writes before an answer (an empty reasoning block) is no marker.
-pub(crate) fn read_syntax(render: &Render<'_>, reasoning: Option<ReasoningFormat>) -> Option<(Layout, Body)> {
+pub(crate) fn read_syntax(render: &Render<'_>, reasoning: Option<ReasoningFormat>) -> Option<(Layout, Body, bool)> {
     let tools = probe_tools();
     let probes = Probes::render(render, &tools)?;
-    let (layout, body) = probes.describe(reasoning)?;
+    let (layout, body, parallel) = probes.describe(reasoning)?;
     // The description must read the template's own text back as the call it wrote.
     let format = ToolFormat::described(layout.clone(), body.clone());
     let tool_set = ToolSet::new(tools.clone()).ok()?;
@@ -64,7 +68,7 @@ pub(crate) fn read_syntax(render: &Render<'_>, reasoning: Option<ReasoningFormat
     let (_, calls) = parser.finish();
     let expected: Value = serde_json::from_str(&probe_call(0).arguments).ok()?;
     let read = calls.first().filter(|call| call.complete && call.name == FUNCTION_ONE)?;
-    (serde_json::from_str::<Value>(&read.arguments).ok()? == expected).then_some((layout, body))
+    (serde_json::from_str::<Value>(&read.arguments).ok()? == expected).then_some((layout, body, parallel))
 }
 
 /// The probe conversation rendered in its variants.
@@ -117,7 +121,7 @@ impl Probes {
         None
     }
 
-    fn describe(&self, reasoning: Option<ReasoningFormat>) -> Option<(Layout, Body)> {
+    fn describe(&self, reasoning: Option<ReasoningFormat>) -> Option<(Layout, Body, bool)> {
         let first = CallSpan::find(&self.one, FUNCTION_ONE, 0, None)?;
         let second = self.two.as_ref().and_then(|two| {
             let first_again = CallSpan::find(two, FUNCTION_ONE, 0, None)?;
@@ -154,12 +158,33 @@ impl Probes {
                 open = &open[at + format.close.len()..];
             }
         }
-        let (open, call_open) = if open.trim().is_empty() {
-            (String::new(), call_open.trim_start().to_string())
+        let (open, call_open, separator) = if open.trim().is_empty() {
+            // Whitespace before each call (Bielik's `\n<tool_call>`, Qwen3's `\n` before a
+            // second call): layout before the first, written between two.
+            let trimmed = call_open.trim_start();
+            let leading = &call_open[..call_open.len() - trimmed.len()];
+            let separator = if second.is_some() { format!("{separator}{leading}") } else { separator };
+            (String::new(), trimmed.to_string(), separator)
         } else {
-            (open.trim_start().to_string(), call_open)
+            (open.trim_start().to_string(), call_open, separator)
         };
-        let id = |marker: String| marker.replace("call00001", CALL_ID).replace("call00002", CALL_ID);
+        // Calls counted from one (Kimi K3's `index="1"`, `index="2"`).
+        let numbered = self.one.contains("=\"1\"")
+            && !self.one.contains("=\"2\"")
+            && self.two.as_deref().is_some_and(|two| two.contains("=\"2\""));
+        let id = |marker: String| {
+            let marker = marker.replace("call00001", CALL_ID).replace("call00002", CALL_ID);
+            if numbered {
+                marker.replace("=\"1\"", &format!("=\"{CALL_NUMBER}\""))
+            } else {
+                marker
+            }
+        };
+        let body = match first.body {
+            Body::NamedJson { name_close } => Body::NamedJson { name_close: id(name_close) },
+            Body::Params(params) => Body::Params(Params { name_close: id(params.name_close), ..params }),
+            other => other,
+        };
         let markers = Markers {
             open: id(open),
             call_open: id(call_open),
@@ -170,7 +195,7 @@ impl Probes {
         if markers.opener().is_empty() {
             return None;
         }
-        Some((Layout::Markers(markers), first.body))
+        Some((Layout::Markers(markers), body, second.is_some()))
     }
 }
 

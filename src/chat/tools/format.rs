@@ -24,6 +24,11 @@ struct Description {
     /// The template renders the tools but not earlier calls: they are written into the
     /// assistant's text (LFM2, Granite 3.3).
     calls_in_text: bool,
+    /// The template refuses a system message (Gemma 2): the generic format's tool description
+    /// opens the first user turn instead.
+    tools_in_user_turn: bool,
+    /// The template writes one call per reply (GigaChat's drops the others).
+    single_call: bool,
 }
 
 /// The kinds of call syntax, for logs, `/v1/models` and the docs.
@@ -73,12 +78,22 @@ impl Family {
 
 /// Llama 3's marker for a call in code-interpreter style.
 pub(crate) const PYTHON_TAG: &str = "<|python_tag|>";
+/// The token MiniMax-M3 writes before each of its markers.
+const MINIMAX_NS: &str = "]<]minimax[>[";
 /// How a bare Llama 3 call begins.
 pub(crate) const BARE_JSON_OPENER: &str = "{\"name\"";
 
 impl ToolFormat {
     fn new(family: Family, layout: Layout, body: Body) -> Self {
-        Self(Arc::new(Description { family, layout, body, short_ids: false, calls_in_text: false }))
+        Self(Arc::new(Description {
+            family,
+            layout,
+            body,
+            short_ids: false,
+            calls_in_text: false,
+            tools_in_user_turn: false,
+            single_call: false,
+        }))
     }
 
     /// The format of a syntax read off a template.
@@ -224,6 +239,27 @@ impl ToolFormat {
         Self::new(Family::Xml, Layout::Markers(markers), Body::Params(params))
     }
 
+    /// MiniMax-M3's calls: every marker starts with its `]<]minimax[>[` token, whose brackets
+    /// hide where one marker ends and the next begins from a reading of the rendering.
+    #[must_use]
+    pub fn minimax_m3() -> Self {
+        let markers = Markers {
+            open: format!("{MINIMAX_NS}<tool_call>\n"),
+            call_open: format!("{MINIMAX_NS}<invoke name=\""),
+            call_close: format!("{MINIMAX_NS}</invoke>\n"),
+            close: format!("{MINIMAX_NS}</tool_call>"),
+            ..Markers::default()
+        };
+        let params = Params {
+            name_close: "\">".into(),
+            key_open: format!("{MINIMAX_NS}<"),
+            key_close: ">".into(),
+            key_close_json: ">".into(),
+            value_close: format!("{MINIMAX_NS}</{}>", super::syntax::ARGUMENT_KEY),
+        };
+        Self::new(Family::Xml, Layout::Markers(markers), Body::Params(params))
+    }
+
     /// DeepSeek V3.1's calls: the name, `<｜tool▁sep｜>`, the JSON arguments.
     #[must_use]
     pub fn deepseek_v3() -> Self {
@@ -265,8 +301,14 @@ impl ToolFormat {
             Some(Self::gemma4())
         } else if source.contains("<start_function_call>") {
             Some(Self::function_gemma())
-        } else if source.contains("<|tool_call_start|>") || source.contains("<|tool_list_start|>") {
+        } else if source.contains("<|tool_call_start|>")
+            || source.contains("<|tool_list_start|>")
+            || source.contains("\"List of tools: [\"")
+        {
+            // LFM2.5-Instruct's template lists the tools as LFM2's do but writes no calls.
             Some(Self::lfm2())
+        } else if source.contains(MINIMAX_NS) {
+            Some(Self::minimax_m3())
         } else if source.contains("<|tool_call|>") && source.contains("<|start_of_role|>") {
             Some(Self::granite())
         } else if source.contains("<|start_header_id|>") && source.contains("\"parameters\": ") {
@@ -277,20 +319,45 @@ impl ToolFormat {
             None
         };
         let format = explicit.unwrap_or_else(|| {
+            // A template that needs variables of its own (firefunction's `functions` and
+            // `datetime`, which clients give in `chat_template_kwargs`) is read with them empty.
+            let own_variables: TemplateKwargs =
+                template.free_variables().into_iter().map(|name| (name, serde_json::Value::from(""))).collect();
             let render = |messages: &[ChatMessage], tools: &[ToolDefinition], generation: bool| {
                 let definitions = serde_json::Value::Array(tools.iter().map(ToolDefinition::to_openai_json).collect());
-                template.render(messages, Some(&definitions), generation, &TemplateKwargs::new()).ok()
+                template
+                    .render(messages, Some(&definitions), generation, &TemplateKwargs::new())
+                    .or_else(|_| template.render(messages, Some(&definitions), generation, &own_variables))
+                    .ok()
             };
             match read_syntax(&render, reasoning) {
-                Some((layout, body)) => Self::described(layout, body),
+                Some((layout, body, true)) => Self::described(layout, body),
+                Some((layout, body, false)) => {
+                    let format = Self::described(layout, body);
+                    Self(Arc::new(Description { single_call: true, ..(*format.0).clone() }))
+                }
                 None => Self::generic(),
             }
         });
-        if source.contains("length 9") {
-            format.with_short_ids()
+        let format = if source.contains("length 9") { format.with_short_ids() } else { format };
+        let no_tools = TemplateKwargs::new();
+        let refuses_system = || {
+            let system = [ChatMessage::system("S"), ChatMessage::user("U")];
+            template.render(&system, None, true, &no_tools).is_err()
+                && template.render(&system[1..], None, true, &no_tools).is_ok()
+        };
+        if format.family() == Family::Generic && refuses_system() {
+            Self(Arc::new(Description { tools_in_user_turn: true, ..(*format.0).clone() }))
         } else {
             format
         }
+    }
+
+    /// Whether the generic format's tool description opens the first user turn (the template
+    /// refuses a system message) rather than the system message.
+    #[must_use]
+    pub fn tools_in_user_turn(&self) -> bool {
+        self.0.tools_in_user_turn
     }
 
     /// The kind of syntax.
@@ -349,10 +416,11 @@ impl ToolFormat {
         matches!(self.body(), Body::Json { .. }).then_some('{')
     }
 
-    /// Whether a reply may hold several calls (Llama 3 writes one per message).
+    /// Whether a reply may hold several calls (Llama 3 writes one per message, and so do
+    /// templates that write only a reply's first call).
     #[must_use]
     pub fn parallel_calls(&self) -> bool {
-        *self.layout() != Layout::BareJson
+        *self.layout() != Layout::BareJson && !self.0.single_call
     }
 
     /// Texts that start a call wherever they appear in free text: the triggers of a lazy

@@ -26,4 +26,5 @@ pub use grammar::{allow_reasoning, request_grammar};
 pub use memory::CallMemory;
 pub use parser::{ParsedCall, ParsedPiece, ToolCallParser};
 pub use prompt::prepare_messages;
+pub(crate) use syntax::token_pieces;
 pub use toolset::{ArgumentsError, OutputSchema, ReplyError, ToolChoice, ToolDefinition, ToolError, ToolSet};

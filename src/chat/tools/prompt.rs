@@ -27,6 +27,9 @@ pub fn prepare_messages(format: &ToolFormat, messages: &[ChatMessage], tools: &[
     if format.template_renders_tools() {
         return messages.iter().map(|message| with_calls_in_text(format, message, tools)).collect();
     }
+    if format.tools_in_user_turn() {
+        return in_user_turns(format, messages, tools);
+    }
     let mut prepared: Vec<ChatMessage> = Vec::with_capacity(messages.len() + 1);
     if !tools.is_empty() {
         let instructions = generic_tool_prompt(tools);
@@ -44,6 +47,44 @@ pub fn prepare_messages(format: &ToolFormat, messages: &[ChatMessage], tools: &[
             Role::Tool => ChatMessage::user(format!("<tool_response>\n{}\n</tool_response>", message.content)),
             _ => message.clone(),
         });
+    }
+    prepared
+}
+
+/// The generic format for a template that refuses a system message and wants user and
+/// assistant turns to alternate (Gemma 2): the tool description (after the system message's
+/// text, when there is one) opens the first user turn, and the results of one reply's calls
+/// make one user turn. Without tools a system message is left to the template.
+fn in_user_turns(format: &ToolFormat, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Vec<ChatMessage> {
+    let mut prepared: Vec<ChatMessage> = Vec::with_capacity(messages.len());
+    let mut described = tools.is_empty();
+    let mut instructions = if described { String::new() } else { generic_tool_prompt(tools) };
+    let mut messages = messages;
+    if let (false, Some((first, rest))) = (described, messages.split_first()) {
+        if first.role == Role::System {
+            instructions = format!("{}\n\n{instructions}", first.content);
+            messages = rest;
+        }
+    }
+    for message in messages {
+        match message.role {
+            Role::Assistant => prepared.push(with_calls_in_text(format, message, tools)),
+            Role::Tool => {
+                let result = format!("<tool_response>\n{}\n</tool_response>", message.content);
+                match prepared.last_mut() {
+                    Some(last) if last.role == Role::User && last.content.ends_with("</tool_response>") => {
+                        last.content.push('\n');
+                        last.content.push_str(&result);
+                    }
+                    _ => prepared.push(ChatMessage::user(result)),
+                }
+            }
+            Role::User if !described => {
+                described = true;
+                prepared.push(ChatMessage::user(format!("{instructions}\n\n{}", message.content)));
+            }
+            _ => prepared.push(message.clone()),
+        }
     }
     prepared
 }
@@ -111,6 +152,36 @@ mod tests {
         let prepared = prepare_messages(&ToolFormat::generic(), &[ChatMessage::user("Hi")], &[tool()]);
         assert_eq!(prepared[0].role, Role::System);
         assert_eq!(prepared[1], ChatMessage::user("Hi"));
+    }
+
+    #[test]
+    fn a_template_without_system_turns_gets_the_tools_in_the_first_user_turn() {
+        let source =
+            "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}\
+            {% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
+        let template = crate::chat::ChatTemplate::new(source, "", "").expect("compiles");
+        let format = ToolFormat::detect(&template, None);
+        assert!(format.tools_in_user_turn());
+        let mut assistant = ChatMessage::assistant("");
+        assistant.tool_calls = ["a", "b"]
+            .map(|id| ToolCall { id: id.into(), name: "get_weather".into(), arguments: "{}".into() })
+            .to_vec();
+        let mut messages = vec![ChatMessage::system("Be brief."), ChatMessage::user("Weather?"), assistant];
+        for (id, text) in [("a", "sunny"), ("b", "warm")] {
+            let mut result = ChatMessage::new(Role::Tool, text);
+            result.tool_call_id = Some(id.into());
+            messages.push(result);
+        }
+        let prepared = prepare_messages(&format, &messages, &[tool()]);
+        let roles: Vec<Role> = prepared.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::User, Role::Assistant, Role::User]);
+        assert!(prepared[0].content.starts_with("Be brief.\n\n# Tools"), "{}", prepared[0].content);
+        assert!(prepared[0].content.ends_with("\n\nWeather?"));
+        assert_eq!(
+            prepared[2].content,
+            "<tool_response>\nsunny\n</tool_response>\n<tool_response>\nwarm\n</tool_response>"
+        );
+        assert!(template.render(&prepared, None, true, &crate::chat::TemplateKwargs::new()).is_ok());
     }
 
     #[test]

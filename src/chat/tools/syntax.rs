@@ -6,6 +6,9 @@
 /// Stands for a call's position (0, 1, …) in markers that number the calls (Kimi K2's
 /// `functions.NAME:0`).
 pub(crate) const CALL_INDEX: &str = "{index}";
+/// Stands for a call's number (1, 2, …) in markers that count the calls from one (Kimi K3's
+/// `index="1"`).
+pub(crate) const CALL_NUMBER: &str = "{number}";
 /// Stands for the argument's name in markers that repeat it (MiniMax-M3's `</KEY>`).
 pub(crate) const ARGUMENT_KEY: &str = "{key}";
 /// Stands for a call's id in markers that carry it (Solar's `<|tool_call:begin|>ID`).
@@ -116,11 +119,29 @@ impl Params {
 pub(crate) fn literal_pieces(marker: &str) -> Vec<String> {
     marker
         .replace(CALL_INDEX, " ")
+        .replace(CALL_NUMBER, " ")
         .replace(ARGUMENT_KEY, " ")
         .replace(CALL_ID, " ")
         .split_whitespace()
-        .map(String::from)
+        .flat_map(|piece| {
+            let mut pieces = vec![piece.to_string()];
+            pieces.extend(token_pieces(piece).into_iter().filter(|p| *p != piece).map(String::from));
+            pieces
+        })
         .collect()
+}
+
+/// The `<|…|>` special-token texts inside `text` (Harmony's `<|channel|>commentary` holds
+/// `<|channel|>`), each of which a vocabulary may hold as one token.
+pub(crate) fn token_pieces(text: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<|") {
+        let Some(end) = rest[start..].find("|>") else { break };
+        pieces.push(&rest[start..start + end + 2]);
+        rest = &rest[start + end + 2..];
+    }
+    pieces
 }
 
 #[cfg(test)]
@@ -151,5 +172,6 @@ mod tests {
     fn pieces_leave_out_whitespace_and_placeholders() {
         assert_eq!(literal_pieces(":{index}<|tool_call_argument_begin|>"), [":", "<|tool_call_argument_begin|>"]);
         assert_eq!(literal_pieces("\n</parameter>\n"), ["</parameter>"]);
+        assert_eq!(literal_pieces("<|channel|>commentary to="), ["<|channel|>commentary", "<|channel|>", "to="]);
     }
 }

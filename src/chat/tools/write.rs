@@ -3,21 +3,28 @@
 
 use serde_json::Value;
 
-use super::syntax::{Body, Markers, ARGUMENT_KEY, CALL_ID, CALL_INDEX};
+use super::syntax::{Body, Markers, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NUMBER};
 use super::ToolDefinition;
 use crate::chat::{python_json, ToolCall};
 
-/// `calls` in a section of `markers`, each written as `body` says.
+/// `calls` in a section of `markers`, each written as `body` says. Placeholders in a marker
+/// (call id, index, number) are those of the call it comes before (Solar writes the first
+/// call's id in the section's open, the next ones' in the separator).
 pub(crate) fn section(markers: &Markers, body: &Body, calls: &[ToolCall], tools: &[ToolDefinition]) -> String {
-    let written: Vec<String> = calls
-        .iter()
-        .enumerate()
-        .map(|(index, call)| {
-            let text = format!("{}{}{}", markers.call_open, call_text(body, call, index, tools), markers.call_close);
-            text.replace(CALL_ID, &call.id).replace(CALL_INDEX, &index.to_string())
-        })
-        .collect();
-    format!("{}{}{}", markers.open, written.join(&markers.separator), markers.close)
+    let fill = |text: &str, index: usize| {
+        let id = calls.get(index).map_or("", |call| call.id.as_str());
+        text.replace(CALL_ID, id).replace(CALL_INDEX, &index.to_string()).replace(CALL_NUMBER, &(index + 1).to_string())
+    };
+    let mut text = fill(&markers.open, 0);
+    for (index, call) in calls.iter().enumerate() {
+        if index > 0 {
+            text.push_str(&fill(&markers.separator, index));
+        }
+        let written = format!("{}{}{}", markers.call_open, call_text(body, call, index, tools), markers.call_close);
+        text.push_str(&fill(&written, index));
+    }
+    text.push_str(&markers.close);
+    text
 }
 
 /// One call's text between its markers.

@@ -3,13 +3,14 @@
 
 use super::text::text_without;
 use crate::chat::tools::gbnf::literal;
-use crate::chat::tools::syntax::{Body, Params, ARGUMENT_KEY, CALL_ID, CALL_INDEX};
+use crate::chat::tools::syntax::{Body, Params, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NUMBER};
 use crate::chat::tools::toolset::{CheckedTool, Property, PropertyKind};
 
 /// A marker as grammar: its literal text, a call index as a number, a call id as an id. Empty
 /// for an empty marker.
 pub(super) fn marker(text: &str) -> String {
-    text.split(CALL_ID)
+    text.replace(CALL_NUMBER, CALL_INDEX)
+        .split(CALL_ID)
         .map(|part| {
             part.split(CALL_INDEX)
                 .map(|piece| if piece.is_empty() { String::new() } else { literal(piece) })

@@ -34,7 +34,7 @@ pub fn request_grammar(
     parallel: bool,
     output: Option<&OutputSchema>,
 ) -> Option<Grammar> {
-    let parallel = parallel && !matches!(choice, ToolChoice::Function(_));
+    let parallel = parallel && format.parallel_calls() && !matches!(choice, ToolChoice::Function(_));
     let allowed: Vec<&CheckedTool> = match choice {
         ToolChoice::None => Vec::new(),
         ToolChoice::Function(name) => tools.checked().iter().filter(|t| &t.spec.name == name).collect(),
@@ -75,7 +75,10 @@ pub fn allow_reasoning(grammar: &Grammar, format: ReasoningFormat, opened: bool)
     if !grammar.triggers.is_empty() || !grammar.anchored_triggers.is_empty() {
         return grammar.clone();
     }
-    let (open, close) = (literal(format.open), literal(format.close));
+    let (open, mut close) = (literal(format.open), literal(format.close));
+    if !format.resume.is_empty() {
+        close = format!("{close} {}?", literal(format.resume));
+    }
     let block = if opened {
         format!("fw-think-text-0 {close}")
     } else {
@@ -222,7 +225,7 @@ mod tests {
 
     #[test]
     fn reasoning_comes_before_an_eager_grammar_and_lazy_ones_stay_as_they_are() {
-        let think = ReasoningFormat::KNOWN[1];
+        let think = ReasoningFormat::KNOWN[2];
         let required =
             request_grammar(&ToolFormat::hermes(), &tools(), &ToolChoice::Required, false, None).expect("grammar");
         let opened = allow_reasoning(&required, think, true);

@@ -1,6 +1,6 @@
 //! Matching a format's marker at the start of the text, lenient about whitespace.
 
-use super::super::syntax::{CALL_ID, CALL_INDEX};
+use super::super::syntax::{CALL_ID, CALL_INDEX, CALL_NUMBER};
 
 /// How a marker matches the start of a text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +21,9 @@ pub(crate) fn match_literal(text: &str, marker: &str) -> Match {
     if marker.is_empty() {
         return Match::Full(0);
     }
+    // A call's number is a number as its index is.
+    let marker = marker.replace(CALL_NUMBER, CALL_INDEX);
+    let marker = marker.as_str();
     let mut at = text.len() - text.trim_start().len();
     let mut rest = marker.trim_start();
     if rest.is_empty() {

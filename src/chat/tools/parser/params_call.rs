@@ -80,7 +80,10 @@ impl ParamsCall {
             }
             Stage::NameClose => self.marker(rest, &self.params.name_close.clone(), Stage::KeyOrEnd),
             Stage::KeyOrEnd => match match_literal(rest, &self.params.key_open) {
-                Match::Full(used) if !self.params.key_open.trim().is_empty() => {
+                // A closing tag is no argument's name: MiniMax-M3's `]<]minimax[>[<` opens
+                // both an argument and the call's `]<]minimax[>[</invoke>`.
+                Match::Full(used) if rest.len() == used && !self.params.key_open.trim().is_empty() => None,
+                Match::Full(used) if !self.params.key_open.trim().is_empty() && !rest[used..].starts_with('/') => {
                     self.stage = Stage::Key;
                     Some(used)
                 }
