@@ -148,10 +148,15 @@ async fn every_format_grammar_parses_in_llama_cpp() {
 }
 
 /// A follow-up turn without `tools` still shows the model its earlier calls and their results:
-/// the generic format writes them into the messages whether or not the turn carries tools.
+/// the generic format writes them into the messages whether or not the turn carries tools. A
+/// server of its own: the shared one remembers calls other tests made the model write (a
+/// JSON-equal call sent back is written as generated, spacing included).
 #[tokio::test]
 async fn tool_history_is_rendered_on_a_turn_without_tools() {
-    let (_guard, server) = exclusive_server().await;
+    let server = common::spawn_server(
+        firstword::Engine::start(common::test_config(common::smollm2_path())).expect("model loads"),
+    );
+    let server = &server;
     let call = ToolCall { id: "call_1".into(), name: "set_timer".into(), arguments: "{\"minutes\": 10}".into() };
     let mut result = ChatMessage::new(Role::Tool, "{\"ok\": true}");
     result.tool_call_id = Some("call_1".into());
