@@ -19,7 +19,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::error::ApiError;
 use super::extract::read_body;
 use super::AppState;
-use crate::engine::LARGE_STACK_BYTES;
+use crate::engine::{Prompt, RenderedPrompt, LARGE_STACK_BYTES};
 
 /// How long a request waits for a body permit before it is refused with 503.
 const BODY_PERMIT_WAIT: Duration = Duration::from_millis(500);
@@ -97,6 +97,25 @@ pub(crate) async fn prepare<T: Send + 'static>(
         Ok(Err(_)) => Err(ApiError::Internal("preparing the request failed unexpectedly".into())),
         Err(_) => Err(ApiError::PrepareTimeout(PREPARE_TIMEOUT)),
     }
+}
+
+/// The admission path of a request that queues an engine job: refused before its body is
+/// read when the engine could not take it, then, on a conversion thread, the body becomes a
+/// job (`into_job`) and the job's prompt (`prompt_of`) is rendered.
+pub(crate) async fn prepare_job<J: Send + 'static>(
+    state: &AppState,
+    request: Request,
+    into_job: impl FnOnce(&[u8]) -> Result<J, ApiError> + Send + 'static,
+    prompt_of: fn(&J) -> &Prompt,
+) -> Result<Prepared<(J, RenderedPrompt)>, ApiError> {
+    let admitted = admit_for_engine(state, request).await?;
+    let engine = Arc::clone(&state.engine);
+    prepare(state, admitted, move |bytes| {
+        let job = into_job(bytes)?;
+        let rendered = engine.render(prompt_of(&job))?;
+        Ok((job, rendered))
+    })
+    .await
 }
 
 /// A JSON answer serialized on a conversion thread, sent in chunks; the body permit goes

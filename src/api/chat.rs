@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, Stream, StreamExt};
 
-use super::admission::{admit_for_engine, prepare, BodyPermit, Prepared};
+use super::admission::{prepare_job, BodyPermit, Prepared};
 use super::answer::{AnswerShaper, Ending};
 use super::backend::EventSource;
 use super::convert::{ChatBody, ChatJob};
@@ -48,13 +48,12 @@ pub(super) async fn read_chat_job(
     request: Request,
 ) -> Result<Prepared<(ChatJob, RenderedPrompt)>, ApiError> {
     let model = state.engine.model_info()?;
-    let admitted = admit_for_engine(state, request).await?;
-    let engine = Arc::clone(&state.engine);
-    prepare(state, admitted, move |bytes| {
-        let job = ChatBody::parse(bytes)?.into_job(&model)?;
-        let rendered = engine.render(&job.request.prompt)?;
-        Ok((job, rendered))
-    })
+    prepare_job(
+        state,
+        request,
+        move |bytes| ChatBody::parse(bytes)?.into_job(&model),
+        |job: &ChatJob| &job.request.prompt,
+    )
     .await
 }
 

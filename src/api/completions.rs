@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use super::admission::{admit_for_engine, prepare, Prepared};
+use super::admission::{prepare_job, Prepared};
 use super::answer::AnswerShaper;
 use super::chat::{collect, random_id, start, stream_response, EventFramer, Framed, SsePayload};
 use super::convert::OutputPlan;
@@ -144,14 +144,8 @@ fn finish_reason(reason: FinishReason) -> &'static str {
 pub(super) async fn completions(State(state): State<Arc<AppState>>, request: Request) -> Result<Response, ApiError> {
     let record = RequestRecord::of(&request);
     let model = state.engine.model_info()?;
-    let admitted = admit_for_engine(&state, request).await?;
-    let engine = Arc::clone(&state.engine);
-    let Prepared { value: (job, rendered), permit } = prepare(&state, admitted, move |bytes| {
-        let job = into_job(bytes, &model)?;
-        let rendered = engine.render(&job.request.prompt)?;
-        Ok((job, rendered))
-    })
-    .await?;
+    let Prepared { value: (job, rendered), permit } =
+        prepare_job(&state, request, move |bytes| into_job(bytes, &model), |job| &job.request.prompt).await?;
     let logprobs = job.request.logprobs.is_some().then(TextLogprobs::default);
     let (events, _) = start(&state, job.request, rendered, permit).await?;
     let meta = ResponseMeta { id: format!("cmpl-{}", random_id()), model: job.model, created: unix_now() };

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 
 pub(crate) use store::ResponseStore;
 
-use super::admission::{admit_for_engine, prepare, Prepared};
+use super::admission::{prepare_job, Prepared};
 use super::answer::AnswerShaper;
 use super::chat::{random_id, run_to_end, start, stream_response};
 use super::convert::{
@@ -271,15 +271,10 @@ pub(super) async fn create_response(
 ) -> Result<Response, ApiError> {
     let record = RequestRecord::of(&request);
     let model = state.engine.model_info()?;
-    let admitted = admit_for_engine(&state, request).await?;
     let store = Arc::clone(&state.responses);
-    let engine = Arc::clone(&state.engine);
-    let Prepared { value: (job, rendered), permit } = prepare(&state, admitted, move |bytes| {
-        let job = ResponseJob::new(bytes, &model, &store)?;
-        let rendered = engine.render(&job.request.prompt)?;
-        Ok((job, rendered))
-    })
-    .await?;
+    let into_job = move |bytes: &[u8]| ResponseJob::new(bytes, &model, &store);
+    let Prepared { value: (job, rendered), permit } =
+        prepare_job(&state, request, into_job, |job: &ResponseJob| &job.request.prompt).await?;
     let (events, in_reasoning) = start(&state, job.request, rendered, permit).await?;
     let mut framer = ResponseFramer::new(job.answering, AnswerShaper::new(job.output, in_reasoning));
     if job.stream {

@@ -320,9 +320,8 @@ impl DiskCache {
     /// instances may have written some since.
     fn make_room(&mut self, bytes: u64) {
         self.others = self.list_others();
+        let mut used = self.used_bytes();
         let foreign = &mut self.others;
-        let mut used = self.entries.iter().filter(|e| e.written() || e.pending()).map(|e| e.bytes).sum::<u64>()
-            + foreign.iter().map(|file| file.bytes).sum::<u64>();
         while used + bytes > self.budget {
             let own = self
                 .entries
