@@ -376,9 +376,15 @@ fn a_state_llama_cpp_refuses_is_tried_once_and_the_live_sequence_serves_instead(
     let config = config(smollm2_path(), &dir);
     let system = long_system_prompt(300);
     let conversation = |question: &str| vec![ChatMessage::system(system.as_str()), ChatMessage::user(question)];
-    // B's own part is long enough that its file spares more than the shared system prompt.
-    let b_question = "Which facts mention trains? List every one of them with its number, and say for each \
-                      whether it also mentions a city, a river, a garden or a mountain.";
+    // B's own part is long enough that its file spares far more than the shared system prompt:
+    // more than the tokens that could be prefilled in the time its read takes (the policy's
+    // measured disk margin).
+    let b_question = format!(
+        "Which facts mention trains? List every one of them with its number, and say for each whether it \
+         also mentions a city, a river, a garden or a mountain. {}",
+        (1..=60).map(|i| format!("Check fact {i} too.")).collect::<Vec<_>>().join(" ")
+    );
+    let b_question = b_question.as_str();
     let next_turn = |reply: &str| {
         let mut messages = conversation(b_question);
         messages.push(ChatMessage::assistant(reply));

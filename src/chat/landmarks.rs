@@ -14,6 +14,10 @@ pub struct Landmarks {
     /// Where the history ends: the text of the first message after the last assistant message
     /// (the newest turn) starts there.
     pub history_end: Option<usize>,
+    /// Where the newest message's last word starts (with the whitespace before it), when that
+    /// message is the user's: a later form of a partial transcript keeps what comes before and
+    /// may change that word.
+    pub last_word_start: Option<usize>,
 }
 
 /// The part of a prompt a position falls in.
@@ -34,9 +38,11 @@ impl Landmarks {
     #[must_use]
     pub fn locate(text: &str, messages: &[ChatMessage]) -> Self {
         let mut starts = Vec::with_capacity(messages.len());
+        let mut last_span = None;
         let mut cursor = 0;
         for message in messages {
             let found = find_from(text, cursor, &message.content);
+            last_span = found;
             if let Some((start, end)) = found {
                 cursor = end;
                 starts.push(Some(start));
@@ -48,7 +54,9 @@ impl Landmarks {
         let first_message_end = (messages.len() > 1).then(|| first_located_from(1)).flatten();
         let newest_turn = messages.iter().rposition(|m| m.role == Role::Assistant).map_or(1, |i| i + 1);
         let history_end = if newest_turn <= 1 { first_message_end } else { first_located_from(newest_turn) };
-        Self { first_message_end, history_end }
+        let newest_is_user = messages.last().is_some_and(|m| m.role == Role::User);
+        let last_word_start = last_span.filter(|_| newest_is_user).map(|(start, end)| last_word(text, start, end));
+        Self { first_message_end, history_end, last_word_start }
     }
 
     /// The part byte `offset` of the prompt falls in.
@@ -62,6 +70,19 @@ impl Landmarks {
             PromptPart::NewestTurn
         }
     }
+}
+
+/// Where the last word of `text[start..end]` starts, with the whitespace before it (`start`
+/// for a single word).
+fn last_word(text: &str, start: usize, end: usize) -> usize {
+    let span = text[start..end].trim_end();
+    let Some(word_start) =
+        span.rfind(char::is_whitespace).map(|at| at + span[at..].chars().next().map_or(1, char::len_utf8))
+    else {
+        return start;
+    };
+    let before = span[..word_start].trim_end_matches(char::is_whitespace);
+    start + before.len()
 }
 
 /// The byte span of `needle` (or of it trimmed, as templates often write it) in `text` from
@@ -123,6 +144,22 @@ mod tests {
     }
 
     #[test]
+    fn the_newest_user_message_s_last_word_is_found_with_its_whitespace() {
+        let mut messages = conversation();
+        messages[3] = ChatMessage::user("What is the  weather in\u{a0}Paris ");
+        let text = chatml(&messages);
+        let landmarks = Landmarks::locate(&text, &messages);
+        assert_eq!(landmarks.last_word_start, Some(at(&text, "\u{a0}Paris")));
+        assert_eq!(
+            &text[landmarks.history_end.unwrap()..landmarks.last_word_start.unwrap()],
+            "What is the  weather in"
+        );
+        // After an assistant message there is no transcript to continue.
+        let text = chatml(&messages[..3]);
+        assert_eq!(Landmarks::locate(&text, &messages[..3]).last_word_start, None);
+    }
+
+    #[test]
     fn a_first_turn_has_no_history() {
         let messages = conversation()[..2].to_vec();
         let text = chatml(&messages);
@@ -134,8 +171,10 @@ mod tests {
     #[test]
     fn a_single_message_is_all_newest_turn() {
         let messages = vec![ChatMessage::user("Hi")];
-        let landmarks = Landmarks::locate(&chatml(&messages), &messages);
-        assert_eq!(landmarks, Landmarks::default());
+        let text = chatml(&messages);
+        let landmarks = Landmarks::locate(&text, &messages);
+        assert_eq!((landmarks.first_message_end, landmarks.history_end), (None, None));
+        assert_eq!(landmarks.last_word_start, text.find("Hi"), "a single word starts where its message does");
         assert_eq!(landmarks.part_at(0), PromptPart::NewestTurn);
     }
 

@@ -10,7 +10,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::speculative::MtpSpeculative;
 use llama_cpp_2::token::LlamaToken;
 
-use super::ffi::{sequence_state, set_sequence_state};
+use super::ffi::{sequence_state, sequence_state_size, set_sequence_state};
 use super::prefix::common_prefix_len;
 use super::store::StateBytes;
 use super::EngineError;
@@ -334,6 +334,17 @@ impl<'m> Decoder<'m> {
             Self::Model(model) => Some((save_sequence(&model.draft)?, model.cached.clone())),
         };
         Some(SavedState { target, drafter })
+    }
+
+    /// Bytes [`Decoder::save`] would copy now, the drafter's included (counted, not copied).
+    pub(crate) fn state_size(&mut self) -> usize {
+        let target = sequence_state_size(self.target());
+        target
+            + match self {
+                Self::Plain(_) => 0,
+                Self::Mtp(mtp) => sequence_state_size(mtp.spec.draft_context_mut()),
+                Self::Model(model) => sequence_state_size(&model.draft),
+            }
     }
 
     /// Replaces the cache with a saved state. False, and the cache empty, when llama.cpp

@@ -27,6 +27,12 @@ pub(crate) fn effective_sliding_window(model: &LlamaModel) -> Option<u32> {
     u32::try_from(n_swa).ok().filter(|&n| n > 0)
 }
 
+/// Bytes [`sequence_state`] would write for sequence 0 now (llama.cpp counts them without
+/// copying the tensors).
+pub(crate) fn sequence_state_size(ctx: &LlamaContext<'_>) -> usize {
+    ctx.state_seq_get_size_ext(0, LlamaStateSeqFlags::empty())
+}
+
 /// Sequence 0's whole state (KV cells, recurrent state, positions), as llama.cpp serialises it.
 /// `None` if llama.cpp wrote another number of bytes than it announced.
 pub(crate) fn sequence_state(ctx: &LlamaContext<'_>) -> Option<Vec<u8>> {

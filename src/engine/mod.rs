@@ -12,6 +12,7 @@ mod error;
 mod ffi;
 mod load;
 mod logprobs;
+mod policy;
 mod prefix;
 mod queue;
 mod reply;

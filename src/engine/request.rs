@@ -360,8 +360,10 @@ pub struct PrefillReport {
     pub cached_tokens: u32,
     /// How many this prefill evaluated.
     pub prefilled_tokens: u32,
-    /// The whole prompt is cached now. False when the prefill yielded to a generation request
-    /// (or was superseded) first.
+    /// Everything worth evaluating ahead of the request is cached now: the whole prompt, or, on
+    /// a model whose cache cannot be cut (recurrent state), all but the newest message's last
+    /// word and what the template writes after it, which the next partial may change. False
+    /// when the prefill yielded to a generation request (or was superseded) first.
     pub complete: bool,
     /// A newer prefill was submitted before this one ran, so it did nothing.
     pub superseded: bool,

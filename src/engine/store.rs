@@ -12,6 +12,7 @@ use std::time::SystemTime;
 
 use llama_cpp_2::token::LlamaToken;
 
+use super::policy::StoredView;
 use super::prefix::plan_reuse;
 use super::CacheEntryKind as EntryKind;
 
@@ -48,15 +49,6 @@ pub(crate) struct Entry<S> {
     last_used: u64,
     /// The same, in wall-clock time.
     pub(crate) used_at: SystemTime,
-}
-
-/// The best entry for a prompt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Candidate {
-    /// The entry's index.
-    pub(crate) index: usize,
-    /// Prompt tokens the entry lets the prompt skip.
-    pub(crate) reusable: usize,
 }
 
 /// Saved states under a byte budget, least recently used evicted first.
@@ -100,33 +92,23 @@ impl<S: StateBytes> StateStore<S> {
         self.entries.iter()
     }
 
-    /// The entry that lets `prompt` skip the most tokens (the most recently used among equals).
-    pub(crate) fn best(&self, prompt: &[LlamaToken]) -> Option<Candidate> {
+    /// The entries as the cache policy sees them.
+    pub(crate) fn views(&self) -> Vec<StoredView<'_>> {
         self.entries
             .iter()
             .enumerate()
-            .filter_map(|(index, entry)| {
-                let reusable = self.usable(&entry.tokens, prompt);
-                (reusable > 0).then_some((Candidate { index, reusable }, entry.last_used))
+            .map(|(index, entry)| StoredView {
+                index,
+                tokens: &entry.tokens,
+                bytes: entry.state.byte_len(),
+                last_used: entry.last_used,
             })
-            .max_by_key(|(candidate, last_used)| (candidate.reusable, *last_used))
-            .map(|(candidate, _)| candidate)
+            .collect()
     }
 
-    /// Prompt tokens an entry holding `tokens` would let `prompt` skip.
-    fn usable(&self, tokens: &[LlamaToken], prompt: &[LlamaToken]) -> usize {
-        usable(tokens, prompt, self.whole_only)
-    }
-
-    /// The longest prefix an entry shares with `prompt`, whether or not the entry can serve it
-    /// (in a whole-only store, one the prompt leaves early cannot).
-    pub(crate) fn longest_shared(&self, prompt: &[LlamaToken]) -> usize {
-        self.entries.iter().map(|entry| plan_reuse(&entry.tokens, prompt)).max().unwrap_or(0)
-    }
-
-    /// The most prompt tokens one of the last evicted entries would have let `prompt` skip.
-    pub(crate) fn evicted_reusable(&self, prompt: &[LlamaToken]) -> usize {
-        self.evicted.iter().map(|tokens| self.usable(tokens, prompt)).max().unwrap_or(0)
+    /// Token lists of the last evicted entries (to explain a miss they would have served).
+    pub(crate) fn evicted(&self) -> Vec<&[LlamaToken]> {
+        self.evicted.iter().map(Vec::as_slice).collect()
     }
 
     /// The entry at `index`, to restore: a snapshot leaves the store (it becomes the live
@@ -154,15 +136,16 @@ impl<S: StateBytes> StateStore<S> {
         entry
     }
 
-    /// Saves a state, evicting the least recently used entries until it fits. An entry with
-    /// the same tokens goes, and so does one that is a prefix of the new one where entries can
-    /// be cut (the new one serves everything it did). False, and nothing stored or evicted,
-    /// when the state alone exceeds the budget.
-    pub(crate) fn insert(&mut self, tokens: Vec<LlamaToken>, state: S, kind: EntryKind) -> bool {
+    /// Saves a state, evicting the least recently used entries until it fits beside
+    /// `reserved` bytes held elsewhere under the same budget (states waiting for the disk
+    /// writer). An entry with the same tokens goes, and so does one that is a prefix of the new
+    /// one where entries can be cut (the new one serves everything it did). False, and nothing
+    /// stored or evicted, when the state and the reserved bytes alone exceed the budget.
+    pub(crate) fn insert(&mut self, tokens: Vec<LlamaToken>, state: S, kind: EntryKind, reserved: usize) -> bool {
         let bytes = state.byte_len();
-        if bytes > self.budget {
+        let Some(budget) = self.budget.checked_sub(reserved).filter(|&budget| bytes <= budget) else {
             return false;
-        }
+        };
         let mut i = 0;
         while i < self.entries.len() {
             let old = &self.entries[i].tokens;
@@ -173,7 +156,7 @@ impl<S: StateBytes> StateStore<S> {
                 i += 1;
             }
         }
-        while self.used + bytes > self.budget {
+        while self.used + bytes > budget {
             let oldest = self
                 .entries
                 .iter()

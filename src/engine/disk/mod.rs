@@ -25,7 +25,8 @@ use llama_cpp_2::token::LlamaToken;
 use self::file::{read_entry, read_header, temporary_writer, Header, Refusal, EXTENSION};
 use self::writer::{WriteJob, Writer, PENDING, SUPERSEDED, WRITTEN};
 use super::decoder::SavedState;
-use super::store::{usable, Candidate, StateBytes};
+use super::policy::StoredView;
+use super::store::StateBytes;
 use super::{CacheEntryKind, CacheEntryStatus, DiskStatus};
 
 pub(crate) use self::identity::{ContextShape, Fingerprint, ModelIdentity};
@@ -183,22 +184,34 @@ impl DiskCache {
         true
     }
 
-    /// The written entry that lets `prompt` skip the most tokens (the most recently used among
-    /// equals).
-    pub(crate) fn best(&self, prompt: &[LlamaToken]) -> Option<Candidate> {
+    /// The written files as the cache policy sees them (none when the disk cache is off).
+    pub(crate) fn views(&self) -> Vec<StoredView<'_>> {
         if self.is_off() {
-            return None;
+            return Vec::new();
         }
         self.entries
             .iter()
             .enumerate()
             .filter(|(_, entry)| entry.written())
-            .filter_map(|(index, entry)| {
-                let reusable = usable(&entry.tokens, prompt, self.whole_only);
-                (reusable > 0).then_some((Candidate { index, reusable }, entry.used_at))
+            .map(|(index, entry)| StoredView {
+                index,
+                tokens: &entry.tokens,
+                bytes: usize::try_from(entry.bytes).unwrap_or(usize::MAX),
+                last_used: entry.used_at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |t| t.as_nanos() as u64),
             })
-            .max_by_key(|(candidate, used_at)| (candidate.reusable, *used_at))
-            .map(|(candidate, _)| candidate)
+            .collect()
+    }
+
+    /// Bytes of the states queued for the writer and not written yet: memory held until they
+    /// are, which the RAM budget covers.
+    pub(crate) fn pending_bytes(&self) -> usize {
+        let pending: u64 = self.entries.iter().filter(|entry| entry.pending()).map(|entry| entry.bytes).sum();
+        usize::try_from(pending).unwrap_or(usize::MAX)
+    }
+
+    /// Whether a state of `bytes` can be written at all (it fits the budget).
+    pub(crate) fn fits(&self, bytes: usize) -> bool {
+        bytes as u64 <= self.budget
     }
 
     /// The most recently used written entry: the conversation to restore at start-up.

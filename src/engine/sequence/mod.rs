@@ -4,17 +4,19 @@
 //! sliding window, recurrent state that rolls back only so far) sit in one place. Saving it
 //! to, and restoring it from, the RAM store and the disk cache is in [`saved`].
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::token::LlamaToken;
 
 use super::decoder::{BatchKind, Decoder, Proposal, SavedState};
 use super::disk::DiskCache;
-use super::prefix::{common_prefix_len, plan_reuse, window_covers};
+use super::policy::{self, CacheShape, EvaluationPlan, LiveView, RestoreCosts};
+use super::prefix::{common_prefix_len, window_covers};
 use super::store::StateStore;
-use super::{CacheEntryKind, CacheMiss, CacheSource, EngineError};
+use super::{CacheMiss, CacheSource, EngineError};
 
+mod restore;
 mod saved;
 
 /// The token list the KV cache holds (prompt and generated tokens), with the cache itself.
@@ -24,10 +26,8 @@ pub(crate) struct LiveSequence<'m> {
     cached: Vec<LlamaToken>,
     /// Most tokens one decode call takes (the context's logical batch).
     n_batch: usize,
-    /// The sliding window llama.cpp applies, for models with one.
-    n_swa: Option<u32>,
-    /// The model keeps recurrent state, which can be cut only within the last batch.
-    recurrent: bool,
+    /// What the cache can do: recurrent state, a sliding window.
+    shape: CacheShape,
     /// Recurrent-state snapshots per sequence (`n_rs_seq`): the deepest rollback.
     rs_snapshots: usize,
     /// How many of the last cached positions the cache can drop now (recurrent models).
@@ -47,19 +47,8 @@ pub(crate) struct LiveSequence<'m> {
     /// Where the live sequence came from: [`CacheSource::Disk`] when it was restored at
     /// start-up and no prompt has used it yet, else [`CacheSource::Live`].
     origin: CacheSource,
-    /// States to write to the disk cache after the reply: a RAM checkpoint another prompt was
-    /// served from (a prefix several requests share), a displaced sequence not on disk yet.
-    unpersisted: Vec<(Vec<LlamaToken>, SavedState, CacheEntryKind)>,
-}
-
-/// What becomes of a live sequence that a prompt displaces (keeping much less of it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Displaced {
-    /// Saved to the RAM store: another conversation or an interleaved job took over.
-    Save,
-    /// Forgotten: the same conversation shortened by its oldest turns, which no later prompt
-    /// continues.
-    Forget,
+    /// Measured costs of disk restores and prefills, for the policy's disk margin.
+    costs: RestoreCosts,
 }
 
 /// What reusing the cache did for one prompt.
@@ -80,12 +69,6 @@ pub(crate) struct Reuse {
     pub(crate) restore: Option<Duration>,
 }
 
-/// Where `prompt` departs from `held`; `None` where it continues all of it.
-fn divergence(held: &[LlamaToken], prompt: &[LlamaToken]) -> Option<usize> {
-    let common = common_prefix_len(held, prompt);
-    (common < held.len()).then_some(common)
-}
-
 impl<'m> LiveSequence<'m> {
     /// An empty sequence over a fresh `decoder`, whose context takes `n_batch` tokens per
     /// decode and keeps `rs_snapshots` recurrent-state snapshots (`recurrent` models).
@@ -100,8 +83,7 @@ impl<'m> LiveSequence<'m> {
             decoder,
             cached: Vec::new(),
             n_batch,
-            n_swa,
-            recurrent,
+            shape: CacheShape { recurrent, n_swa },
             rs_snapshots,
             rewindable: 0,
             store: None,
@@ -110,7 +92,21 @@ impl<'m> LiveSequence<'m> {
             checkpoint_pending: false,
             disk: None,
             origin: CacheSource::Live,
-            unpersisted: Vec::new(),
+            costs: RestoreCosts::default(),
+        }
+    }
+
+    /// What the cache can do.
+    pub(crate) fn shape(&self) -> CacheShape {
+        self.shape
+    }
+
+    /// The live sequence as the cache policy sees it.
+    fn view(&self) -> LiveView<'_> {
+        LiveView {
+            tokens: &self.cached,
+            rewindable: self.rewindable,
+            pos_min: self.decoder.target().kv_cache_seq_pos_min(0),
         }
     }
 
@@ -134,71 +130,9 @@ impl<'m> LiveSequence<'m> {
         self.n_batch
     }
 
-    /// Cuts the cache to the longest prefix it shares with `tokens` that it can still continue
-    /// from correctly. At least the last token of `tokens` is left to evaluate, so its logits
-    /// are fresh. Where the sliding window already dropped what the prefix needs, or the cache
-    /// cannot be cut there, it is emptied. With the state store on, a stored state that spares
-    /// more of `tokens` replaces the live one, and a live sequence about to lose much of what
-    /// it holds is saved first, unless `displaced` says it is not worth it.
-    pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken], displaced: Displaced) -> Reuse {
-        self.save_pending_checkpoint();
-        // Nothing live: unless the store serves the prompt (or had an entry that would have).
-        let cold = self.cached.is_empty();
-        let (keep, obstacle) = self.reusable(tokens);
-        let origin = std::mem::replace(&mut self.origin, CacheSource::Live);
-        let mut reuse = Reuse {
-            keep,
-            source: if keep > 0 { origin } else { CacheSource::None },
-            diverged_at: divergence(&self.cached, tokens),
-            obstacle: if cold { Some(CacheMiss::Cold) } else { obstacle },
-            save: None,
-            restore: None,
-        };
-        if self.store.is_some() || self.disk.is_some() {
-            self.consult_store(tokens, &mut reuse, displaced);
-        }
-        if reuse.keep > 0 && !self.cut(reuse.keep) {
-            tracing::warn!(
-                keep = reuse.keep,
-                cached = self.cached.len(),
-                "the KV cache cannot be cut there; prefilling in full"
-            );
-            reuse.keep = 0;
-            reuse.source = CacheSource::None;
-            reuse.obstacle = Some(CacheMiss::CannotRewind);
-        }
-        if reuse.keep == 0 {
-            self.clear();
-        }
-        reuse
-    }
-
-    /// How much of the live cache `tokens` can reuse, and what stopped it from reusing all
-    /// they share: the sliding window no longer holds what the prefix needs, or recurrent
-    /// state cannot be rolled back that far.
-    fn reusable(&self, tokens: &[LlamaToken]) -> (usize, Option<CacheMiss>) {
-        let keep = plan_reuse(&self.cached, tokens);
-        let pos_min = self.decoder.target().kv_cache_seq_pos_min(0);
-        tracing::debug!(keep, cached = self.cached.len(), prompt = tokens.len(), pos_min, "prefix reuse");
-        if keep > 0 && !window_covers(pos_min, keep, self.n_swa) {
-            tracing::info!(
-                keep,
-                n_swa = self.n_swa,
-                pos_min,
-                "the sliding-window cache no longer holds what this prefix needs"
-            );
-            return (0, Some(CacheMiss::SwaWindow));
-        }
-        if keep > 0 && !self.can_cut(keep) {
-            tracing::info!(keep, cached = self.cached.len(), "recurrent state cannot be rolled back that far");
-            return (0, Some(CacheMiss::CannotRewind));
-        }
-        (keep, None)
-    }
-
     /// Whether the cache can drop every position from `keep` on.
     fn can_cut(&self, keep: usize) -> bool {
-        !self.recurrent || self.cached.len().saturating_sub(keep) <= self.rewindable
+        policy::can_cut(self.shape, self.view(), keep)
     }
 
     /// Drops every cached position from `keep` on. False, and nothing cut, where the cache
@@ -248,32 +182,66 @@ impl<'m> LiveSequence<'m> {
     }
 
     /// Evaluates prompt `tokens` after the cache in chunks of `chunk` tokens (at most
-    /// `n_batch`); returns the batch index holding the last token's logits. `go_on` runs before
-    /// each chunk, so a long prefill can be abandoned between chunks (what was evaluated stays
-    /// cached); its error is returned as is.
+    /// `n_batch`), taking the checkpoints `plan` says (see [`policy::plan_evaluation`]) and one
+    /// every `checkpoint_every` tokens of a long prefill; returns the batch index holding the
+    /// last token's logits. `go_on` runs before each chunk, so a long prefill can be abandoned
+    /// between chunks (what was evaluated stays cached); its error is returned as is.
     pub(crate) fn prefill<E: From<EngineError>>(
         &mut self,
         tokens: &[LlamaToken],
         chunk: usize,
+        plan: EvaluationPlan,
         mut go_on: impl FnMut() -> Result<(), E>,
     ) -> Result<i32, E> {
         let chunk = chunk.clamp(1, self.n_batch);
+        let start = self.cached.len();
         let mut last_index = 0;
-        let chunks = tokens.len().div_ceil(chunk);
-        for (i, chunk) in tokens.chunks(chunk).enumerate() {
+        let mut done = 0;
+        while done < tokens.len() {
             go_on()?;
-            let last = i + 1 == chunks;
+            let mut next = (done + chunk).min(tokens.len());
+            if let Some(at) = plan.checkpoint_at.and_then(|at| at.checked_sub(start)) {
+                if at > done && at < next {
+                    next = at;
+                }
+            }
+            let last = next == tokens.len();
             let before = self.cached.len();
-            last_index = self.decode(chunk, if last { BatchKind::PromptEnd } else { BatchKind::Prompt })?;
-            let Some(every) = self.checkpoint_every else { continue };
-            let worth = self.cached.len() >= self.min_save;
-            if last {
-                self.checkpoint_pending = worth;
-            } else if worth && every > 0 && before / every != self.cached.len() / every {
+            let started = Instant::now();
+            last_index =
+                self.decode(&tokens[done..next], if last { BatchKind::PromptEnd } else { BatchKind::Prompt })?;
+            self.costs.record_prefill(next - done, started.elapsed().as_secs_f64());
+            done = next;
+            let held = self.cached.len();
+            if plan.checkpoint_at == Some(held) {
+                self.save_checkpoint();
+            } else if last {
+                self.checkpoint_pending = plan.checkpoint_end;
+            } else if self.periodic_checkpoint_due(before, held) {
                 self.save_checkpoint();
             }
         }
         Ok(last_index)
+    }
+
+    /// Whether a long prefill that went from `before` to `held` cached tokens passed a multiple
+    /// of `checkpoint_every`.
+    fn periodic_checkpoint_due(&self, before: usize, held: usize) -> bool {
+        match self.checkpoint_every {
+            Some(every) if every > 0 && held >= self.min_save => before / every != held / every,
+            _ => false,
+        }
+    }
+
+    /// Whether checkpoints are taken at all (models whose cache cannot be cut everywhere,
+    /// with the state store on).
+    pub(crate) fn takes_checkpoints(&self) -> bool {
+        self.checkpoint_every.is_some()
+    }
+
+    /// Shortest sequence worth saving.
+    pub(crate) fn min_save(&self) -> usize {
+        self.min_save
     }
 
     /// Makes the cache hold `tokens` by re-evaluating where they diverge from it, when that
@@ -286,7 +254,8 @@ impl<'m> LiveSequence<'m> {
         if common == self.cached.len() || redo > self.n_batch || tokens.len() >= self.n_ctx() as usize {
             return;
         }
-        if !window_covers(self.decoder.target().kv_cache_seq_pos_min(0), common, self.n_swa) || !self.cut(common) {
+        if !window_covers(self.decoder.target().kv_cache_seq_pos_min(0), common, self.shape.n_swa) || !self.cut(common)
+        {
             return;
         }
         tracing::debug!(common, redo, cached = self.cached.len(), "re-evaluating the cache's tail");

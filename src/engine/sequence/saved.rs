@@ -1,43 +1,17 @@
-//! The live sequence's saved states: taken into the RAM store before another prompt displaces
-//! it, checkpoints of prompts for models whose cache cannot be cut, written to the disk cache
-//! after a reply, and restored from either when they spare a prompt more than the live cache.
+//! The live sequence's saved states: the RAM store (states of displaced sequences, checkpoints
+//! of prompts for models whose cache cannot be cut), the disk cache (states kept across
+//! restarts, written by its own thread) and the copies for it. Restoring them is in
+//! [`super::restore`]; when to do either is decided by [`crate::engine::policy`].
 
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::token::LlamaToken;
 
-use super::{divergence, Displaced, LiveSequence, Reuse};
+use super::LiveSequence;
 use crate::engine::decoder::SavedState;
 use crate::engine::disk::DiskCache;
-use crate::engine::prefix::plan_reuse;
-use crate::engine::store::{Candidate, Restored, StateBytes, StateStore};
-use crate::engine::{CacheEntryKind, CacheEntryStatus, CacheMiss, CacheSource, CacheStatus};
-
-/// How many more prompt tokens a stored entry must spare than the live sequence before it is
-/// restored: a restore copies the whole state (a few ms for thousands of tokens of a small
-/// model), which a handful of prefilled tokens would cost as well. A disk entry must spare
-/// this many more than the best RAM entry too (reading a file costs more than a copy).
-const RESTORE_MARGIN: usize = 32;
-
-/// Where the entry to restore is.
-#[derive(Clone, Copy)]
-enum Found {
-    Ram(Candidate),
-    Disk(Candidate),
-}
-
-/// What became of an attempt to restore a stored entry.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Restore {
-    /// It is the live sequence now.
-    Done,
-    /// Nothing changed: its file was refused on reading, or there is no such store.
-    Unread,
-    /// llama.cpp refused its state, or the sequence it restored does not hold the entry's
-    /// tokens: the entry is gone from its store, and the cache is empty (llama.cpp drops the
-    /// sequence before it reads a state, so a refusal can leave it half replaced).
-    Rejected,
-}
+use crate::engine::store::{StateBytes, StateStore};
+use crate::engine::{CacheEntryKind, CacheEntryStatus, CacheSource, CacheStatus};
 
 impl<'m> LiveSequence<'m> {
     /// Keeps other prompts' states in up to `budget` bytes of RAM (nothing when 0), saving a
@@ -50,7 +24,7 @@ impl<'m> LiveSequence<'m> {
         if budget == 0 {
             return;
         }
-        self.store = Some(StateStore::new(budget, self.whole_only()));
+        self.store = Some(StateStore::new(budget, self.shape.whole_only()));
         self.checkpoint_every = checkpoint_every;
     }
 
@@ -59,19 +33,11 @@ impl<'m> LiveSequence<'m> {
     /// is known to be whole.
     pub(crate) fn forget_all(&mut self) {
         self.clear();
-        let whole_only = self.whole_only();
+        let whole_only = self.shape.whole_only();
         if let Some(store) = &mut self.store {
             *store = StateStore::new(store.budget(), whole_only);
         }
-        self.unpersisted.clear();
         self.origin = CacheSource::Live;
-    }
-
-    /// Whether a restored state can only be continued from its end: the cache cannot be cut
-    /// after a restore (recurrent state), or the restored sliding window holds only the last
-    /// `n_swa` positions (measured on gemma-3 with the full SWA cache too).
-    pub(crate) fn whole_only(&self) -> bool {
-        self.recurrent || self.n_swa.is_some()
     }
 
     /// Keeps states on disk too, and makes the most recently used one the live sequence now,
@@ -88,6 +54,7 @@ impl<'m> LiveSequence<'m> {
             let count = tokens.len();
             match self.adopt(tokens, &state) {
                 Ok(()) => {
+                    self.costs.record_disk(state.byte_len(), started.elapsed().as_secs_f64());
                     tracing::info!(
                         tokens = count,
                         ms = started.elapsed().as_millis() as u64,
@@ -98,40 +65,6 @@ impl<'m> LiveSequence<'m> {
                 }
                 Err(reason) => self.refuse_on_disk(index, reason),
             }
-        }
-    }
-
-    /// Makes `state`, saved when the cache held `tokens`, the live sequence. Refused, with the
-    /// reason, and the cache left empty, when llama.cpp does not take the state or the
-    /// sequence it restored does not end where `tokens` do (it was not computed for them):
-    /// every restore, from RAM, a checkpoint or disk, comes through here.
-    fn adopt(&mut self, tokens: Vec<LlamaToken>, state: &SavedState) -> Result<(), String> {
-        self.rewindable = 0;
-        self.checkpoint_pending = false;
-        let adopted = if self.decoder.restore(state) {
-            let last = self.decoder.target().kv_cache_seq_pos_max(0);
-            if i64::from(last) + 1 == tokens.len() as i64 {
-                Ok(())
-            } else {
-                Err(format!("the restored sequence ends at position {last}, its tokens are {}", tokens.len()))
-            }
-        } else {
-            Err("llama.cpp refused the state".to_string())
-        };
-        match &adopted {
-            Ok(()) => self.cached = tokens,
-            Err(reason) => {
-                tracing::warn!("a stored KV state was not restored: {reason}");
-                self.clear();
-            }
-        }
-        adopted
-    }
-
-    /// Refuses the disk cache's entry at `index` (named in a warning, its file removed).
-    fn refuse_on_disk(&mut self, index: usize, reason: String) {
-        if let Some(disk) = self.disk.as_mut() {
-            disk.refuse(index, reason);
         }
     }
 
@@ -160,156 +93,13 @@ impl<'m> LiveSequence<'m> {
         status
     }
 
-    /// The stored entry (RAM or disk) worth restoring for `tokens`, given that the live cache
-    /// spares `live` of them.
-    fn find(&self, tokens: &[LlamaToken], live: usize) -> Option<Found> {
-        let worth = live + RESTORE_MARGIN;
-        let ram = self.store.as_ref().and_then(|store| store.best(tokens)).filter(|c| c.reusable >= worth);
-        let disk_worth = ram.map_or(worth, |ram| ram.reusable + RESTORE_MARGIN);
-        let disk = self.disk.as_ref().and_then(|disk| disk.best(tokens)).filter(|c| c.reusable >= disk_worth);
-        disk.map(Found::Disk).or(ram.map(Found::Ram))
-    }
-
-    /// Restores the stored state that spares the most of `tokens` when it beats the live one,
-    /// saving the live sequence first if that loses much of what it holds; `reuse` says what
-    /// is reusable then (unless it is to be forgotten).
-    pub(super) fn consult_store(&mut self, tokens: &[LlamaToken], reuse: &mut Reuse, displaced: Displaced) {
-        let found = self.find(tokens, reuse.keep);
-        if found.is_none() {
-            self.explain_store_miss(tokens, reuse);
-        }
-        let kept = if found.is_some() { 0 } else { reuse.keep };
-        let worth_saving = displaced == Displaced::Save
-            && self.store.is_some()
-            && self.cached.len() >= self.min_save
-            && self.cached.len() - kept >= self.min_save;
-        let displaced = worth_saving
-            .then(|| {
-                let started = Instant::now();
-                let state = self.decoder.save();
-                reuse.save = Some(started.elapsed());
-                state.map(|state| (self.cached.clone(), state))
-            })
-            .flatten();
-        let mut outcome = match found {
-            Some(Found::Disk(candidate)) => self.restore_from_disk(tokens, candidate.index, reuse),
-            Some(Found::Ram(candidate)) => self.restore(tokens, candidate.index, reuse),
-            None => Restore::Unread,
-        };
-        // A file refused on reading falls back to the RAM store's best entry.
-        if matches!(found, Some(Found::Disk(_))) && outcome == Restore::Unread {
-            if let Some(Found::Ram(candidate)) = self.find(tokens, reuse.keep) {
-                outcome = self.restore(tokens, candidate.index, reuse);
-            }
-        }
-        if outcome == Restore::Rejected {
-            self.recover_live(tokens, reuse, displaced.as_ref());
-        }
-        if let Some((held, state)) = displaced {
-            // Not written yet when the next request came before the reply's upkeep was done.
-            if self.disk.as_ref().is_some_and(|disk| !disk.holds(&held)) {
-                self.unpersisted.push((held.clone(), state.clone(), CacheEntryKind::Snapshot));
-            }
-            self.insert(held, state, CacheEntryKind::Snapshot);
-        }
-    }
-
-    /// Why no stored entry served `tokens` though one shares more than the live cache: it was
-    /// evicted, or the prompt leaves it early and a restored state cannot be cut there.
-    fn explain_store_miss(&self, tokens: &[LlamaToken], reuse: &mut Reuse) {
-        let Some(store) = self.store.as_ref() else { return };
-        let worth = reuse.keep + RESTORE_MARGIN;
-        if store.evicted_reusable(tokens) >= worth {
-            reuse.obstacle = Some(CacheMiss::Evicted);
-        } else if store.longest_shared(tokens) >= worth {
-            reuse.obstacle = Some(if self.recurrent { CacheMiss::CannotRewind } else { CacheMiss::SwaWindow });
-        }
-    }
-
-    /// Makes the RAM store's entry at `index` the live sequence. An entry that cannot be
-    /// restored leaves the store at once (a snapshot already left it), so it is never tried
-    /// again.
-    fn restore(&mut self, tokens: &[LlamaToken], index: usize, reuse: &mut Reuse) -> Restore {
-        let Some(store) = self.store.as_mut() else { return Restore::Unread };
-        let started = Instant::now();
-        let (held, state, kind) = match store.restore(index) {
-            Restored::Taken(entry) => (entry.tokens, entry.state, entry.kind),
-            Restored::Kept(entry) => (entry.tokens.clone(), entry.state.clone(), entry.kind),
-        };
-        if self.adopt(held, &state).is_err() {
-            if let (CacheEntryKind::Checkpoint, Some(store)) = (kind, self.store.as_mut()) {
-                store.discard(index);
-            }
-            return Restore::Rejected;
-        }
-        if kind == CacheEntryKind::Checkpoint && self.cached != tokens && self.disk.is_some() {
-            self.unpersisted.push((self.cached.clone(), state.clone(), kind));
-        }
-        let source = match kind {
-            CacheEntryKind::Snapshot => CacheSource::Ram,
-            CacheEntryKind::Checkpoint => CacheSource::Checkpoint,
-        };
-        self.restored(tokens, source, state.byte_len(), started.elapsed(), reuse);
-        Restore::Done
-    }
-
-    /// Makes the disk cache's entry at `index` the live sequence. A file that cannot be
-    /// restored is refused (named in a warning, removed), so it is never tried again.
-    fn restore_from_disk(&mut self, tokens: &[LlamaToken], index: usize, reuse: &mut Reuse) -> Restore {
-        let Some(disk) = self.disk.as_mut() else { return Restore::Unread };
-        let started = Instant::now();
-        let Some((held, state, _)) = disk.load(index) else { return Restore::Unread };
-        if let Err(reason) = self.adopt(held, &state) {
-            self.refuse_on_disk(index, reason);
-            return Restore::Rejected;
-        }
-        self.restored(tokens, CacheSource::Disk, state.byte_len(), started.elapsed(), reuse);
-        Restore::Done
-    }
-
-    /// After a rejected restore emptied the cache: puts the live sequence back from the copy
-    /// just taken of it, if one was (it was worth saving), and says what `tokens` reuse of it;
-    /// without one, `tokens` are prefilled in full.
-    fn recover_live(&mut self, tokens: &[LlamaToken], reuse: &mut Reuse, copy: Option<&(Vec<LlamaToken>, SavedState)>) {
-        *reuse = Reuse { keep: 0, source: CacheSource::None, restore: None, ..*reuse };
-        let Some((held, state)) = copy else { return };
-        if self.adopt(held.clone(), state).is_err() {
-            return;
-        }
-        let (keep, obstacle) = self.reusable(tokens);
-        reuse.keep = keep;
-        reuse.source = if keep > 0 { CacheSource::Live } else { CacheSource::None };
-        reuse.diverged_at = divergence(&self.cached, tokens);
-        reuse.obstacle = obstacle;
-    }
-
-    /// Records in `reuse` what a restore that took `elapsed` did for `tokens`.
-    fn restored(
-        &mut self,
-        tokens: &[LlamaToken],
-        source: CacheSource,
-        bytes: usize,
-        elapsed: Duration,
-        reuse: &mut Reuse,
-    ) {
-        tracing::debug!(
-            tokens = self.cached.len(),
-            mib = bytes >> 20,
-            ms = elapsed.as_secs_f32() * 1000.0,
-            source = source.as_str(),
-            "restored a stored KV state"
-        );
-        reuse.keep = plan_reuse(&self.cached, tokens);
-        reuse.source = source;
-        reuse.diverged_at = divergence(&self.cached, tokens);
-        reuse.restore = Some(elapsed);
-    }
-
-    /// Stores a saved state of `tokens`.
-    fn insert(&mut self, tokens: Vec<LlamaToken>, state: SavedState, kind: CacheEntryKind) {
+    /// Stores a saved state of `tokens` in RAM, within the budget it shares with the states
+    /// waiting for the disk writer.
+    pub(super) fn insert(&mut self, tokens: Vec<LlamaToken>, state: SavedState, kind: CacheEntryKind) {
+        let pending = self.disk.as_ref().map_or(0, DiskCache::pending_bytes);
         let Some(store) = self.store.as_mut() else { return };
         let (count, bytes) = (tokens.len(), state.byte_len());
-        let saved = store.insert(tokens, state, kind);
+        let saved = store.insert(tokens, state, kind, pending);
         tracing::debug!(
             saved,
             ?kind,
@@ -338,19 +128,32 @@ impl<'m> LiveSequence<'m> {
         }
     }
 
-    /// Queues what is worth keeping across a restart for the disk cache: the live sequence
-    /// (the conversation, as the next turn will continue it), a checkpoint another prompt was
-    /// served from, and a conversation displaced before it was written. Called after a reply,
-    /// while the user listens: the live state is copied here, the files written by the disk
-    /// cache's own thread.
-    pub(crate) fn persist(&mut self) {
-        let Some(disk) = self.disk.as_mut() else { return };
-        for (tokens, state, kind) in self.unpersisted.drain(..) {
-            if !disk.holds(&tokens) {
-                disk.save(&tokens, &state, kind);
-            }
+    /// Queues `state`, saved when the cache held `tokens`, for the disk cache's writer, unless
+    /// a file holds those tokens already (or is being written).
+    pub(super) fn write_to_disk(&mut self, tokens: &[LlamaToken], state: &SavedState, kind: CacheEntryKind) {
+        if let Some(disk) = self.disk.as_mut().filter(|disk| !disk.holds(tokens)) {
+            disk.save(tokens, state, kind);
         }
-        if self.cached.len() < self.min_save || disk.holds(&self.cached) {
+    }
+
+    /// Whether the live sequence is worth writing to the disk cache and no file holds it yet.
+    pub(crate) fn unpersisted(&self) -> bool {
+        self.disk.as_ref().is_some_and(|disk| !disk.is_off() && !disk.holds(&self.cached))
+            && self.cached.len() >= self.min_save
+    }
+
+    /// Copies the live sequence (the conversation, as its next turn will continue it) for the
+    /// disk cache's writer, which writes it on its own thread. The copy takes the inference
+    /// thread for a moment (about 0.1 s for 4K tokens of a small model): the engine calls this
+    /// only when no request waits. A state larger than the disk budget is not copied.
+    pub(crate) fn persist(&mut self) {
+        if !self.unpersisted() {
+            return;
+        }
+        let Some(disk) = self.disk.as_ref() else { return };
+        let size = self.decoder.state_size();
+        if !disk.fits(size) {
+            tracing::debug!(mib = size >> 20, "the live sequence is larger than the disk budget; not written");
             return;
         }
         let started = Instant::now();
@@ -360,9 +163,8 @@ impl<'m> LiveSequence<'m> {
             ms = started.elapsed().as_secs_f32() * 1000.0,
             "the live sequence copied for the disk cache"
         );
-        if let Some(disk) = self.disk.as_mut() {
-            disk.save(&self.cached, &state, CacheEntryKind::Snapshot);
-        }
+        let held = self.cached.clone();
+        self.write_to_disk(&held, &state, CacheEntryKind::Snapshot);
     }
 
     /// At shutdown: queues the live sequence for the disk cache and waits up to `limit` for

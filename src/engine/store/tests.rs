@@ -2,7 +2,28 @@
 
 use llama_cpp_2::token::LlamaToken;
 
-use super::{Candidate, EntryKind, Restored, StateBytes, StateStore};
+use super::{EntryKind, Restored, StateBytes, StateStore};
+use crate::engine::policy::{best_entry, evicted_reusable};
+
+/// The best entry for a prompt: its index and the prompt tokens it lets the prompt skip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Candidate {
+    index: usize,
+    reusable: usize,
+}
+
+impl<S: StateBytes> StateStore<S> {
+    /// The entry the cache policy would pick for `prompt` (no margin).
+    fn best(&self, prompt: &[LlamaToken]) -> Option<Candidate> {
+        best_entry(&self.views(), prompt, self.whole_only, |_, _| true)
+            .map(|(entry, reusable)| Candidate { index: entry.index, reusable })
+    }
+
+    /// What the last evicted entries would have spared `prompt`.
+    fn evicted_reusable(&self, prompt: &[LlamaToken]) -> usize {
+        evicted_reusable(&self.evicted(), prompt, self.whole_only)
+    }
+}
 
 /// A state of `.0` bytes, tagged so tests can tell entries apart.
 #[derive(Debug, PartialEq)]
@@ -24,7 +45,7 @@ fn store(budget: usize, whole_only: bool) -> StateStore<Fake> {
 }
 
 fn snapshot(store: &mut StateStore<Fake>, ids: &[i32], bytes: usize, tag: &'static str) -> bool {
-    store.insert(tokens(ids), Fake(bytes, tag), EntryKind::Snapshot)
+    store.insert(tokens(ids), Fake(bytes, tag), EntryKind::Snapshot, 0)
 }
 
 /// The tag of the entry restored at `index`, and whether it stayed in the store.
@@ -85,7 +106,7 @@ fn the_budget_is_never_exceeded_and_the_least_recently_used_go_first() {
 #[test]
 fn a_restored_checkpoint_counts_as_used_and_outlives_older_entries() {
     let mut store = store(20, true);
-    store.insert(tokens(&[1, 2]), Fake(10, "checkpoint"), EntryKind::Checkpoint);
+    store.insert(tokens(&[1, 2]), Fake(10, "checkpoint"), EntryKind::Checkpoint, 0);
     snapshot(&mut store, &[3, 4], 10, "snapshot");
     let best = store.best(&tokens(&[1, 2, 5])).expect("the checkpoint");
     assert_eq!(restore(&mut store, best.index), ("checkpoint", true));
@@ -128,10 +149,10 @@ fn a_longer_save_of_the_same_conversation_replaces_its_prefix() {
 #[test]
 fn where_entries_serve_only_whole_a_prefix_entry_stays_and_a_duplicate_goes() {
     let mut store = store(100, true);
-    store.insert(tokens(&[1, 2]), Fake(5, "checkpoint"), EntryKind::Checkpoint);
+    store.insert(tokens(&[1, 2]), Fake(5, "checkpoint"), EntryKind::Checkpoint, 0);
     snapshot(&mut store, &[1, 2, 3, 4], 8, "snapshot");
     assert_eq!(store.len(), 2, "the shorter entry serves prompts that leave the longer one early");
-    store.insert(tokens(&[1, 2]), Fake(6, "checkpoint again"), EntryKind::Checkpoint);
+    store.insert(tokens(&[1, 2]), Fake(6, "checkpoint again"), EntryKind::Checkpoint, 0);
     assert_eq!((store.len(), store.used()), (2, 14));
 }
 
@@ -153,6 +174,8 @@ mod properties {
             tokens: Vec<LlamaToken>,
             bytes: usize,
             checkpoint: bool,
+            /// Bytes held by states waiting for the disk writer, under the same budget.
+            reserved: usize,
         },
         /// Restores the best entry for this prompt, if any.
         Serve(Vec<LlamaToken>),
@@ -160,11 +183,8 @@ mod properties {
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            (few_tokens(), 0..40usize, any::<bool>()).prop_map(|(tokens, bytes, checkpoint)| Step::Save {
-                tokens,
-                bytes,
-                checkpoint
-            }),
+            (few_tokens(), 0..40usize, any::<bool>(), prop_oneof![Just(0), 0..40usize])
+                .prop_map(|(tokens, bytes, checkpoint, reserved)| Step::Save { tokens, bytes, checkpoint, reserved }),
             few_tokens().prop_map(Step::Serve),
         ]
     }
@@ -191,12 +211,17 @@ mod properties {
             let mut store = store(budget, whole_only);
             for step in steps {
                 match step {
-                    Step::Save { tokens, bytes, checkpoint } => {
+                    Step::Save { tokens, bytes, checkpoint, reserved } => {
                         let kind = if checkpoint { EntryKind::Checkpoint } else { EntryKind::Snapshot };
-                        prop_assert_eq!(store.insert(tokens.clone(), Fake(bytes, "saved"), kind), bytes <= budget);
+                        let fits = bytes + reserved <= budget;
+                        prop_assert_eq!(store.insert(tokens.clone(), Fake(bytes, "saved"), kind, reserved), fits);
+                        // Saved and pending states together stay within the budget (F6).
+                        if fits {
+                            prop_assert!(store.used() + reserved <= budget);
+                        }
                         // A saved entry serves any prompt that continues it.
                         let continued = [tokens.clone(), vec![LlamaToken(9)]].concat();
-                        if bytes <= budget && !tokens.is_empty() {
+                        if fits && !tokens.is_empty() {
                             prop_assert_eq!(store.best(&continued).map(|c| c.reusable), Some(tokens.len()));
                         }
                     }

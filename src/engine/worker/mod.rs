@@ -16,9 +16,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::disk::{ContextShape, DiskCache, Fingerprint, ModelIdentity};
 use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Contexts, Models};
-use super::reply::{still_wanted, Halt, ReasoningLimit, Reply};
+use super::policy::Purpose;
+use super::reply::{Halt, ReasoningLimit, Reply};
 use super::sampling::TokenPicker;
-use super::sequence::{Displaced, LiveSequence, Reuse};
+use super::sequence::{LiveSequence, Reuse};
 use super::speculation::{DraftDepth, Speculating};
 use super::tokenizer::Tokenizer;
 use super::{
@@ -26,8 +27,10 @@ use super::{
     Job, ModelInfo, Prompt, Signals, Timings, Usage, LLAMA_CPP_BUILD,
 };
 use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart, ReasoningSplitter};
+use evaluate::{Evaluated, NextTurn};
 use overflow::{FittedPrompt, LastDrop};
 
+mod evaluate;
 mod faults;
 mod overflow;
 mod prefill;
@@ -95,6 +98,7 @@ pub(super) fn run(
     };
     session.warm(&config.warm);
     report(Ok((info, Arc::clone(&session.chat), session.tokenizer.clone())));
+    let mut idle_since = Instant::now();
     loop {
         if signals.shutting_down.load(Ordering::Relaxed) {
             // New submissions are refused by now: fail what is still queued, then stop.
@@ -111,8 +115,11 @@ pub(super) fn run(
             break;
         }
         match commands.recv_timeout(Duration::from_millis(100)) {
-            Ok(command) => session.handle_isolated(command)?,
-            Err(RecvTimeoutError::Timeout) => {}
+            Ok(command) => {
+                session.handle_isolated(command)?;
+                idle_since = Instant::now();
+            }
+            Err(RecvTimeoutError::Timeout) => session.on_idle(idle_since.elapsed()),
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
@@ -141,6 +148,8 @@ struct Session<'m> {
     context_overflow: ContextOverflow,
     /// The oldest turns the last shortened conversation left out.
     last_drop: LastDrop,
+    /// A reply changed the conversation since it was last copied for the disk cache.
+    persist_due: bool,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -204,7 +213,7 @@ impl<'m> Session<'m> {
                 n_rs_seq: rs_snapshots,
                 drafter: sequence.drafter_name().into(),
             };
-            match open_disk_cache(root, config, model, draft_model, shape, &chat, sequence.whole_only()) {
+            match open_disk_cache(root, config, model, draft_model, shape, &chat, sequence.shape().whole_only()) {
                 Ok(disk) => sequence.keep_on_disk(disk),
                 Err(e) => tracing::warn!("disk cache off: {} cannot be used: {e}", root.display()),
             }
@@ -240,6 +249,7 @@ impl<'m> Session<'m> {
             anticipate: config.anticipate_next_turn && !recurrent,
             context_overflow: config.context_overflow,
             last_drop: LastDrop::default(),
+            persist_due: false,
         };
         session.publish_cache_status();
         Ok((session, info))
@@ -261,6 +271,7 @@ impl<'m> Session<'m> {
                 _ => {}
             },
             Command::Idle(reply) => {
+                self.persist_now();
                 self.sequence.wait_for_disk(SHUTDOWN_WRITE_LIMIT);
                 // What GET /cache shows once the files are written (or the disk cache is off).
                 self.publish_cache_status();
@@ -289,26 +300,23 @@ impl<'m> Session<'m> {
                     let _ = self.chat.reply_message(&text, reasoning_opened, tools);
                 }
                 let _ = events.send(finished);
-                if let Some(prompt_text) = prompt_text {
-                    let prompt = shortened.as_ref().unwrap_or(&request.prompt);
-                    self.prepare_next_turn(prompt, prompt_text, &text, reasoning_opened);
-                }
-                // Unless the next request is already waiting: then after its reply.
-                if self.signals.waiting_generations.load(Ordering::Relaxed) == 0 {
-                    self.sequence.persist();
-                }
+                let next_turn = prompt_text.map(|prompt_text| NextTurn {
+                    prompt: shortened.as_ref().unwrap_or(&request.prompt),
+                    prompt_text,
+                    reply: &text,
+                    reasoning_opened,
+                });
+                self.upkeep(next_turn);
             }
             Err(Halt::Failed(e)) => {
                 let _ = events.send(Event::Failed(e));
+                self.upkeep(None);
             }
-            Err(Halt::Cancelled) => tracing::debug!("client left; generation stopped"),
+            Err(Halt::Cancelled) => {
+                tracing::debug!("client left; generation stopped");
+                self.upkeep(None);
+            }
         }
-        self.sequence.save_pending_checkpoint();
-        // After the answer: the MTP context catches up with a prompt batch it has not seen yet.
-        self.sequence.mirror_pending();
-        // The last sampled token (end-of-turn, or the one that hit the limit) was never
-        // evaluated: the next turn prefills it with its new suffix, in the same batch, for free.
-        self.publish_cache_status();
     }
 
     /// Publishes what the cache holds for [`super::Engine::cache_status`].
@@ -326,34 +334,21 @@ impl<'m> Session<'m> {
         events: &UnboundedSender<Event>,
         finish_requested: &AtomicBool,
     ) -> Result<CompletedReply, Halt> {
-        let FittedPrompt { tokens, text: prompt_text, landmarks, limit, shortened, dropped_messages } =
-            self.fit_prompt(prompt, landmarks, request)?;
-        let prompt_tokens = tokens.len() as u32;
+        let fitted = self.fit_prompt(prompt, landmarks, request)?;
+        let prompt_tokens = fitted.tokens.len() as u32;
         // A thinking model's reasoning, in chat prompts: opened by the prompt or not.
         let reasoning = match &request.prompt {
             Prompt::Chat { .. } => self.chat.reasoning(),
             _ => None,
         };
         let reasoning_opened =
-            reasoning.zip(prompt_text.as_deref()).is_some_and(|(format, text)| format.opened_by(text));
+            reasoning.zip(fitted.text.as_deref()).is_some_and(|(format, text)| format.opened_by(text));
         let picker = self.picker(request, reasoning.map(|format| ReasoningSplitter::new(format, reasoning_opened)))?;
-        let parts = PromptParts { text: prompt_text.as_deref(), landmarks };
-
-        // What the drafter evaluated for the last reply's upkeep is no part of this request.
-        self.sequence.take_catch_up();
-        let displaced = if shortened.is_some() { Displaced::Forget } else { Displaced::Save };
-        let reuse = self.sequence.reuse_prefix(&tokens, displaced);
-        let cache = self.explain(&reuse, &tokens, parts);
-        let keep = reuse.keep;
-        let cached_tokens = keep as u32;
-        let started = Event::Started { prompt_tokens, cached_tokens, in_reasoning: reasoning_opened };
-        events.send(started).map_err(|_| Halt::Cancelled)?;
-        let prefill_start = Instant::now();
-        let signals = self.signals;
-        let shutting_down = &signals.shutting_down;
-        let n_batch = self.sequence.n_batch();
-        let logits_index = self.sequence.prefill(&tokens[keep..], n_batch, || still_wanted(shutting_down, events))?;
-        let prompt_time = prefill_start.elapsed();
+        let Evaluated { cached, logits_index, cache, time: prompt_time, .. } =
+            self.evaluate_prompt(&fitted, Purpose::Reply, events, reasoning_opened)?;
+        let FittedPrompt { text: prompt_text, limit, shortened, dropped_messages, .. } = fitted;
+        let cached_tokens = cached as u32;
+        let shutting_down = &self.signals.shutting_down;
 
         let generation_start = Instant::now();
         let budget = request.reasoning_budget.or(self.reasoning_budget);
@@ -412,8 +407,8 @@ impl<'m> Session<'m> {
         let vocab = self.model.vocab();
         let mut offset: usize = tokens[..at].iter().map(|&t| vocab.token_to_piece(t, true, None).len()).sum();
         // A BOS the tokenizer added is not in the text.
-        if tokens[0] == vocab.bos() && vocab.should_add_bos() && !text.starts_with(self.tokenizer.bos_text()) {
-            offset = offset.saturating_sub(self.tokenizer.bos_text().len());
+        if self.added_bos(tokens, text) > 0 {
+            offset = offset.saturating_sub(vocab.token_to_piece(tokens[0], true, None).len());
         }
         if tracing::enabled!(tracing::Level::DEBUG) {
             let (before, after) = around(text, offset, 20);

@@ -23,6 +23,8 @@ pub(super) struct FittedPrompt {
     pub(super) shortened: Option<Prompt>,
     /// How many messages were left out.
     pub(super) dropped_messages: u32,
+    /// The whole conversation's tokens, when its oldest turns were left out.
+    pub(super) full_tokens: Option<Vec<LlamaToken>>,
 }
 
 /// How many oldest turns the last shortened conversation left out, and a hash of their
@@ -51,7 +53,15 @@ impl Session<'_> {
         let tokens = self.tokenize(prompt)?;
         let overflow = match self.limit(tokens.len() as u32, request.max_tokens) {
             Ok(limit) => {
-                return Ok(FittedPrompt { tokens, text, landmarks, limit, shortened: None, dropped_messages: 0 })
+                return Ok(FittedPrompt {
+                    tokens,
+                    text,
+                    landmarks,
+                    limit,
+                    shortened: None,
+                    dropped_messages: 0,
+                    full_tokens: None,
+                })
             }
             Err(overflow) => overflow,
         };
@@ -59,8 +69,11 @@ impl Session<'_> {
             Prompt::Chat { messages, tools, template_kwargs }
                 if self.context_overflow == ContextOverflow::DropOldest =>
             {
-                self.drop_oldest(messages, tools, template_kwargs, request.max_tokens)
-                    .map_err(|e| e.unwrap_or(overflow))
+                let mut fitted = self
+                    .drop_oldest(messages, tools, template_kwargs, request.max_tokens)
+                    .map_err(|e| e.unwrap_or(overflow))?;
+                fitted.full_tokens = Some(tokens);
+                Ok(fitted)
             }
             _ => Err(overflow),
         }
@@ -98,6 +111,7 @@ impl Session<'_> {
                     template_kwargs: kwargs.clone(),
                 }),
                 dropped_messages: dropped_messages as u32,
+                full_tokens: None,
             })
         };
         let last = self.last_drop;

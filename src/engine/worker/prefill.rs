@@ -1,22 +1,17 @@
 //! Prefill jobs: a prompt evaluated into the cache without generating (a voice pipeline's
-//! partial transcript), in small chunks that yield to a generation request waiting behind.
+//! partial transcript, a `--warm` prompt), in small chunks that yield to a generation request
+//! waiting behind (see [`super::evaluate`]).
 
-use std::cell::Cell;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{render_prompt, PromptInput, PromptParts, Session};
+use super::{render_prompt, PromptInput, Session};
 use crate::chat::Landmarks;
-use crate::engine::reply::{still_wanted, Halt};
-use crate::engine::sequence::Displaced;
+use crate::engine::policy::Purpose;
+use crate::engine::reply::Halt;
 use crate::engine::{Event, GenerationRequest, Job, PrefillReport, Prompt, Timings};
-
-/// Prompt tokens a prefill evaluates between checks for a waiting generation request: about a
-/// second of a small model on a 2-core CPU, a few milliseconds on a GPU.
-const PREFILL_CHUNK: usize = 128;
 
 impl Session<'_> {
     /// Prefills each of `prompts` in turn (the start-up `--warm` prompts), before the engine
@@ -34,7 +29,7 @@ impl Session<'_> {
                 }
             };
             let request = GenerationRequest { prompt: prompt.clone(), ..GenerationRequest::chat(Vec::new()) };
-            match self.prefill_steps(input, landmarks, &request, &events) {
+            match self.prefill_steps(input, landmarks, &request, &events, Purpose::Warm) {
                 Ok(report) => tracing::info!(
                     tokens = report.prompt_tokens,
                     prefilled = report.prefilled_tokens,
@@ -57,7 +52,7 @@ impl Session<'_> {
     pub(super) fn serve_prefill(&mut self, job: Job) {
         let Job { prompt, landmarks, request, events, report: report_to, .. } = job;
         let Some(report_to) = report_to else { return };
-        match self.prefill_steps(prompt, landmarks, &request, &events) {
+        match self.prefill_steps(prompt, landmarks, &request, &events, Purpose::Partial) {
             Ok(report) => {
                 self.sequence.save_pending_checkpoint();
                 self.publish_cache_status();
@@ -68,58 +63,29 @@ impl Session<'_> {
             }
             Err(Halt::Cancelled) => tracing::debug!("client left; prefill stopped"),
         }
-        self.sequence.save_pending_checkpoint();
-        self.sequence.mirror_pending();
-        self.publish_cache_status();
+        self.upkeep(None);
     }
 
-    /// Tokenize, check the context (shortening the conversation as the request itself would
-    /// be), reuse the cached prefix, and evaluate the rest until done or until a generation
-    /// request waits.
+    /// Fits the prompt to the context (shortening the conversation as the request itself would
+    /// be) and evaluates it as [`Session::evaluate_prompt`] does for `purpose`, until done or
+    /// until a generation request waits.
     fn prefill_steps(
         &mut self,
         prompt: PromptInput,
         landmarks: Landmarks,
         request: &GenerationRequest,
         events: &UnboundedSender<Event>,
+        purpose: Purpose,
     ) -> Result<PrefillReport, Halt> {
         let fitted = self.fit_prompt(prompt, landmarks, request)?;
-        let tokens = fitted.tokens;
-        let parts = PromptParts { text: fitted.text.as_deref(), landmarks: fitted.landmarks };
-        let prompt_tokens = tokens.len() as u32;
-        self.sequence.take_catch_up();
-        let displaced = if fitted.shortened.is_some() { Displaced::Forget } else { Displaced::Save };
-        let reuse = self.sequence.reuse_prefix(&tokens, displaced);
-        let cache = self.explain(&reuse, &tokens, parts);
-        let keep = reuse.keep;
-        events
-            .send(Event::Started { prompt_tokens, cached_tokens: keep as u32, in_reasoning: false })
-            .map_err(|_| Halt::Cancelled)?;
-        let started = Instant::now();
-        let signals = self.signals;
-        let yielded = Cell::new(false);
-        let outcome = self.sequence.prefill(&tokens[keep..], PREFILL_CHUNK, || {
-            // The tests hold a prefill here, between two chunks.
-            fail::fail_point!("engine::prefill_chunk");
-            still_wanted(&signals.shutting_down, events)?;
-            if signals.waiting_generations.load(Ordering::Relaxed) > 0 {
-                yielded.set(true);
-                return Err(Halt::Cancelled);
-            }
-            Ok(())
-        });
-        match outcome {
-            Ok(_) => {}
-            Err(Halt::Cancelled) if yielded.get() => tracing::debug!("prefill yields to a waiting request"),
-            Err(halt) => return Err(halt),
-        }
-        let prefilled_tokens = self.sequence.tokens().len().saturating_sub(keep) as u32;
-        let timings = Timings { prompt: started.elapsed(), generation: Duration::ZERO, draft: None, cache };
+        let evaluated = self.evaluate_prompt(&fitted, purpose, events, false)?;
+        let timings =
+            Timings { prompt: evaluated.time, generation: Duration::ZERO, draft: None, cache: evaluated.cache };
         Ok(PrefillReport {
-            prompt_tokens,
-            cached_tokens: keep as u32,
-            prefilled_tokens,
-            complete: !yielded.get(),
+            prompt_tokens: fitted.tokens.len() as u32,
+            cached_tokens: evaluated.cached as u32,
+            prefilled_tokens: evaluated.evaluated as u32,
+            complete: !evaluated.yielded,
             superseded: false,
             timings,
         })

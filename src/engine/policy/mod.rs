@@ -1,0 +1,394 @@
+//! The cache policy: every decision about what the KV cache keeps, saves, restores and forgets,
+//! made from token lists alone. No llama.cpp and no I/O here: the live sequence
+//! ([`super::sequence`]) and the disk cache execute what these functions decide, and report
+//! back what failed (a file refused on reading, a state llama.cpp did not take), so the plan is
+//! made again without it.
+//!
+//! - [`plan_prompt`]: for an incoming prompt, where its cached prefix comes from (the live
+//!   sequence, a RAM entry, a disk file), how many of its tokens that spares, whether the live
+//!   sequence is saved before it is displaced or forgotten, and why no more was served.
+//! - [`plan_evaluation`]: how far a prompt is evaluated and where checkpoints are taken: on a
+//!   model whose cache cannot be cut, a partial transcript stops before its unstable end.
+//! - [`same_conversation`]: whether a live sequence is an older form of a conversation that was
+//!   shortened by its oldest turns (nothing will continue it).
+//! - [`RestoreCosts`]: when a file is worth reading rather than prefilling what it holds.
+
+use llama_cpp_2::token::LlamaToken;
+
+use super::prefix::{common_prefix_len, plan_reuse, window_covers};
+use super::store::usable;
+use super::CacheMiss;
+
+#[cfg(test)]
+mod tests;
+
+/// How many more prompt tokens a RAM entry must spare than the live sequence before it is
+/// restored: a restore copies the whole state (a few ms for thousands of tokens of a small
+/// model), which a handful of prefilled tokens would cost as well. Disk files have a margin of
+/// their own, from measured costs ([`RestoreCosts`]), never below this one.
+pub(crate) const RAM_RESTORE_MARGIN: usize = 32;
+
+/// Tokens of a displaced live sequence looked for in a shortened conversation's full token list.
+const SAME_CONVERSATION_PROBE: usize = 64;
+
+/// What the model's cache can do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CacheShape {
+    /// Recurrent state (Mamba, the recurrent layers of hybrid models): the cache can be cut
+    /// only within the last batch's snapshots.
+    pub(crate) recurrent: bool,
+    /// The sliding window llama.cpp applies, for models with one.
+    pub(crate) n_swa: Option<u32>,
+}
+
+impl CacheShape {
+    /// Whether a restored state can only be continued from its end (recurrent state cannot be
+    /// cut after a restore; a restored sliding window holds only its last positions).
+    pub(crate) fn whole_only(self) -> bool {
+        self.recurrent || self.n_swa.is_some()
+    }
+}
+
+/// The live sequence, as the policy sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LiveView<'a> {
+    /// The tokens the cache holds, position by position.
+    pub(crate) tokens: &'a [LlamaToken],
+    /// How many of the last positions the cache can drop now (recurrent models).
+    pub(crate) rewindable: usize,
+    /// The smallest position the cache still holds (negative when it holds none).
+    pub(crate) pos_min: i32,
+}
+
+/// A stored state (a RAM entry or a written disk file), as the policy sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StoredView<'a> {
+    /// Its index in its store.
+    pub(crate) index: usize,
+    /// The tokens its state holds.
+    pub(crate) tokens: &'a [LlamaToken],
+    /// Its size.
+    pub(crate) bytes: usize,
+    /// Larger is more recently used.
+    pub(crate) last_used: u64,
+}
+
+/// The stores the policy can restore from.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Stores<'a> {
+    /// The RAM store's entries; `None` when the store is off.
+    pub(crate) ram: Option<Vec<StoredView<'a>>>,
+    /// Token lists of the RAM entries evicted last (to explain a miss).
+    pub(crate) evicted: Vec<&'a [LlamaToken]>,
+    /// The disk cache's written files (none without a disk cache).
+    pub(crate) disk: Vec<StoredView<'a>>,
+}
+
+/// How an incoming prompt came to be.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Derivation<'a> {
+    /// As the request sent it.
+    AsSent,
+    /// A chat shortened by its oldest turns to fit the context; `full` is the whole
+    /// conversation's token list.
+    Shortened {
+        /// The conversation before its oldest turns were left out.
+        full: &'a [LlamaToken],
+    },
+}
+
+/// The engine's settings the plan follows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rules {
+    /// Shortest sequence worth saving.
+    pub(crate) min_save: usize,
+    /// Cost of a disk restore against prefilling.
+    pub(crate) costs: RestoreCosts,
+}
+
+/// Where a prompt's cached prefix comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// The live sequence, cut to what the prompt shares with it (emptied when that is nothing).
+    Live,
+    /// The RAM store's entry at this index.
+    Ram(usize),
+    /// The disk cache's file at this index.
+    Disk(usize),
+}
+
+/// What to do for one prompt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Where the cached prefix comes from.
+    pub(crate) source: Source,
+    /// Prompt tokens the cache holds once the plan is carried out; the rest is evaluated.
+    pub(crate) keep: usize,
+    /// Save the live sequence to the RAM store first: it loses much of what it holds, and a
+    /// later prompt may continue it.
+    pub(crate) save_live: bool,
+    /// The first prompt position that differs from what the source held; `None` where the
+    /// prompt continues all of it.
+    pub(crate) diverged_at: Option<usize>,
+    /// What kept the cache from serving more, when something did.
+    pub(crate) obstacle: Option<CacheMiss>,
+}
+
+/// Decides where `prompt`'s cached prefix comes from, given the live sequence and the stores.
+///
+/// A stored entry is restored only when it spares more prompt tokens than the live sequence by
+/// its store's margin, and only for the prefix it shares with the prompt (all of it, where the
+/// model's cache cannot be cut after a restore). The live sequence is saved before it is
+/// displaced when it is worth saving and loses at least `min_save` tokens, unless it is an
+/// older form of the same conversation shortened by its oldest turns, which nothing continues.
+pub(crate) fn plan_prompt(
+    shape: CacheShape,
+    live: LiveView<'_>,
+    stores: &Stores<'_>,
+    prompt: &[LlamaToken],
+    derivation: Derivation<'_>,
+    rules: Rules,
+) -> Plan {
+    let (live_keep, live_obstacle) = live_reusable(shape, live, prompt);
+    let whole_only = shape.whole_only();
+    let ram_worth = live_keep + RAM_RESTORE_MARGIN;
+    let ram =
+        stores.ram.as_deref().and_then(|ram| best_entry(ram, prompt, whole_only, |_, reusable| reusable >= ram_worth));
+    let disk_base = ram.map_or(live_keep, |(_, reusable)| reusable);
+    let disk = best_entry(&stores.disk, prompt, whole_only, |entry, reusable| {
+        reusable >= disk_base + rules.costs.disk_margin(entry.bytes)
+    });
+    let restore = disk
+        .map(|(entry, reusable)| (Source::Disk(entry.index), entry, reusable))
+        .or(ram.map(|(entry, reusable)| (Source::Ram(entry.index), entry, reusable)));
+
+    let kept = if restore.is_some() { 0 } else { live_keep };
+    let forgotten = match derivation {
+        Derivation::Shortened { full } => same_conversation(live.tokens, prompt, full),
+        Derivation::AsSent => false,
+    };
+    let save_live = stores.ram.is_some()
+        && !forgotten
+        && live.tokens.len() >= rules.min_save
+        && live.tokens.len() - kept >= rules.min_save;
+
+    match restore {
+        Some((source, entry, reusable)) => {
+            Plan { source, keep: reusable, save_live, diverged_at: divergence(entry.tokens, prompt), obstacle: None }
+        }
+        None => {
+            let cold = live.tokens.is_empty();
+            let mut obstacle = if cold { Some(CacheMiss::Cold) } else { live_obstacle };
+            if let Some(missed) = store_miss(shape, stores, prompt, ram_worth) {
+                obstacle = Some(missed);
+            }
+            Plan {
+                source: Source::Live,
+                keep: live_keep,
+                save_live,
+                diverged_at: divergence(live.tokens, prompt),
+                obstacle,
+            }
+        }
+    }
+}
+
+/// The entry that lets `prompt` skip the most tokens among those `qualifies` accepts (the most
+/// recently used among equals), with how many: only the prefix it shares, and with
+/// `whole_only`, only an entry the prompt continues in full.
+pub(crate) fn best_entry<'a>(
+    entries: &[StoredView<'a>],
+    prompt: &[LlamaToken],
+    whole_only: bool,
+    qualifies: impl Fn(&StoredView<'a>, usize) -> bool,
+) -> Option<(StoredView<'a>, usize)> {
+    entries
+        .iter()
+        .map(|entry| (*entry, usable(entry.tokens, prompt, whole_only)))
+        .filter(|(entry, reusable)| *reusable > 0 && qualifies(entry, *reusable))
+        .max_by_key(|(entry, reusable)| (*reusable, entry.last_used))
+}
+
+/// The most tokens of `prompt` one of `evicted` would have let it skip.
+pub(crate) fn evicted_reusable(evicted: &[&[LlamaToken]], prompt: &[LlamaToken], whole_only: bool) -> usize {
+    evicted.iter().map(|tokens| usable(tokens, prompt, whole_only)).max().unwrap_or(0)
+}
+
+/// How much of the live sequence `prompt` can reuse, and what stopped it from reusing all they
+/// share: the sliding window no longer holds what the prefix needs, or recurrent state cannot
+/// be rolled back that far.
+pub(crate) fn live_reusable(
+    shape: CacheShape,
+    live: LiveView<'_>,
+    prompt: &[LlamaToken],
+) -> (usize, Option<CacheMiss>) {
+    let keep = plan_reuse(live.tokens, prompt);
+    if keep > 0 && !window_covers(live.pos_min, keep, shape.n_swa) {
+        return (0, Some(CacheMiss::SwaWindow));
+    }
+    if keep > 0 && !can_cut(shape, live, keep) {
+        return (0, Some(CacheMiss::CannotRewind));
+    }
+    (keep, None)
+}
+
+/// Whether the live cache can drop every position from `keep` on.
+pub(crate) fn can_cut(shape: CacheShape, live: LiveView<'_>, keep: usize) -> bool {
+    !shape.recurrent || live.tokens.len().saturating_sub(keep) <= live.rewindable
+}
+
+/// Why no RAM entry served `prompt` though one shares at least `worth` tokens with it: it was
+/// evicted, or the prompt leaves it early and a restored state cannot be cut there.
+fn store_miss(shape: CacheShape, stores: &Stores<'_>, prompt: &[LlamaToken], worth: usize) -> Option<CacheMiss> {
+    let ram = stores.ram.as_deref()?;
+    if evicted_reusable(&stores.evicted, prompt, shape.whole_only()) >= worth {
+        return Some(CacheMiss::Evicted);
+    }
+    let shared = ram.iter().map(|entry| plan_reuse(entry.tokens, prompt)).max().unwrap_or(0);
+    (shared >= worth).then_some(if shape.recurrent { CacheMiss::CannotRewind } else { CacheMiss::SwaWindow })
+}
+
+/// Where `prompt` departs from `held`; `None` where it continues all of it.
+pub(crate) fn divergence(held: &[LlamaToken], prompt: &[LlamaToken]) -> Option<usize> {
+    let common = common_prefix_len(held, prompt);
+    (common < held.len()).then_some(common)
+}
+
+/// Whether `live` is an older form of the conversation `full` that `prompt` shortened by its
+/// oldest turns: what `live` holds past the prefix it shares with `prompt` (the turns the
+/// prompt left out, or the start of the turns it kept) is found in `full`. Another
+/// conversation's turns are not, and it is kept for its next turn.
+pub(crate) fn same_conversation(live: &[LlamaToken], prompt: &[LlamaToken], full: &[LlamaToken]) -> bool {
+    let shared = common_prefix_len(live, prompt);
+    let rest = &live[shared..];
+    if rest.is_empty() {
+        return true;
+    }
+    let probe = &rest[..rest.len().min(SAME_CONVERSATION_PROBE)];
+    full.len() >= probe.len() && full.windows(probe.len()).any(|window| window == probe)
+}
+
+/// What an evaluation is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// A request that generates after its prompt.
+    Reply,
+    /// A partial transcript sent ahead of the request (`/v1/prefill`): the next partial, or
+    /// the request, continues it with more words.
+    Partial,
+    /// A prompt evaluated for later requests to start from (`--warm`).
+    Warm,
+}
+
+/// Positions in a prompt's tokens that a partial transcript's plan needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PartialMarks {
+    /// Where the newest turn's text starts: what comes before is the same in every partial of
+    /// this turn.
+    pub(crate) opening: Option<usize>,
+    /// Where the newest message's last word starts: the next partial may change that word, and
+    /// what the template writes after it (the turn's end, the generation prompt) comes later.
+    pub(crate) stable: Option<usize>,
+}
+
+/// How far a prompt is evaluated and where its checkpoints are taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EvaluationPlan {
+    /// Evaluate the prompt up to this many tokens (from what the cache holds).
+    pub(crate) evaluate_to: usize,
+    /// Take a checkpoint when the cache holds this many tokens, on the way.
+    pub(crate) checkpoint_at: Option<usize>,
+    /// Take a checkpoint of the evaluated prompt once the first token is out.
+    pub(crate) checkpoint_end: bool,
+}
+
+/// How far `prompt_len` tokens are evaluated after the `keep` the cache holds, and where
+/// checkpoints are taken (`checkpoints`: the model takes them at all).
+///
+/// A reply or a warm prompt is evaluated in full and checkpointed at its end. A partial
+/// transcript on a model whose cache cannot be cut stops before its last word: the next
+/// partial, and the request, continue the cache there instead of diverging at the generation
+/// prompt; it is checkpointed once per turn, where the turn opens (a revised earlier word
+/// goes back there), never at its end.
+pub(crate) fn plan_evaluation(
+    shape: CacheShape,
+    checkpoints: bool,
+    purpose: Purpose,
+    prompt_len: usize,
+    keep: usize,
+    marks: PartialMarks,
+    min_save: usize,
+) -> EvaluationPlan {
+    let worth = |at: usize| checkpoints && at >= min_save;
+    match purpose {
+        Purpose::Reply | Purpose::Warm => {
+            EvaluationPlan { evaluate_to: prompt_len, checkpoint_at: None, checkpoint_end: worth(prompt_len) }
+        }
+        Purpose::Partial if !shape.recurrent => {
+            EvaluationPlan { evaluate_to: prompt_len, checkpoint_at: None, checkpoint_end: false }
+        }
+        Purpose::Partial => {
+            let evaluate_to = marks.stable.unwrap_or(prompt_len).clamp(keep, prompt_len);
+            let checkpoint_at = marks.opening.filter(|&at| at > keep && at <= evaluate_to && worth(at));
+            EvaluationPlan { evaluate_to, checkpoint_at, checkpoint_end: false }
+        }
+    }
+}
+
+/// Measured costs that decide when a disk file is worth reading: reading, verifying and
+/// restoring a file against prefilling the tokens it holds. Starts from conservative guesses
+/// and follows the engine's own measurements (at load and at each restore or prefill).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct RestoreCosts {
+    /// Seconds to read, verify and restore one MiB of a file.
+    pub(crate) disk_secs_per_mib: f64,
+    /// Seconds to prefill one prompt token.
+    pub(crate) prefill_secs_per_token: f64,
+    /// Whether each figure is measured yet (the first measurement replaces the guess).
+    measured: (bool, bool),
+}
+
+impl Default for RestoreCosts {
+    /// Guesses until measured: 2 ms per MiB (a fast SSD and the checksum), 1 ms per token.
+    fn default() -> Self {
+        Self { disk_secs_per_mib: 0.002, prefill_secs_per_token: 0.001, measured: (false, false) }
+    }
+}
+
+impl RestoreCosts {
+    /// Weight of the newest measurement in the running averages.
+    const NEWEST_WEIGHT: f64 = 0.3;
+
+    /// How many more prompt tokens a file of `bytes` must spare than the alternative to be
+    /// worth reading: the tokens that could be prefilled in the time the restore takes, never
+    /// fewer than the RAM margin.
+    pub(crate) fn disk_margin(&self, bytes: usize) -> usize {
+        let restore_secs = self.disk_secs_per_mib * bytes as f64 / f64::from(1u32 << 20);
+        let tokens = (restore_secs / self.prefill_secs_per_token.max(1e-9)).ceil();
+        (tokens.min(1e9) as usize).max(RAM_RESTORE_MARGIN)
+    }
+
+    /// Records a disk restore of `bytes` that took `secs`.
+    pub(crate) fn record_disk(&mut self, bytes: usize, secs: f64) {
+        if bytes >= 1 << 20 && secs.is_finite() && secs > 0.0 {
+            let per_mib = secs / (bytes as f64 / f64::from(1u32 << 20));
+            self.disk_secs_per_mib = average(self.disk_secs_per_mib, per_mib, &mut self.measured.0);
+        }
+    }
+
+    /// Records a prefill of `tokens` that took `secs` (short ones say little: skipped).
+    pub(crate) fn record_prefill(&mut self, tokens: usize, secs: f64) {
+        if tokens >= 64 && secs.is_finite() && secs > 0.0 {
+            let per_token = secs / tokens as f64;
+            self.prefill_secs_per_token = average(self.prefill_secs_per_token, per_token, &mut self.measured.1);
+        }
+    }
+}
+
+/// A running average of `old` and `new`; the first measurement replaces the guess.
+fn average(old: f64, new: f64, measured: &mut bool) -> f64 {
+    if !std::mem::replace(measured, true) {
+        return new;
+    }
+    old * (1.0 - RestoreCosts::NEWEST_WEIGHT) + new * RestoreCosts::NEWEST_WEIGHT
+}

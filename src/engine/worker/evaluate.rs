@@ -1,0 +1,194 @@
+//! One path for every prompt: a request's (chat, completions, responses), a partial transcript's
+//! (`/v1/prefill`) and a start-up `--warm` prompt's. Fitted to the context, planned by the cache
+//! policy, carried out by the live sequence, explained, and evaluated in chunks that stop for a
+//! client that left, a shutdown, or (for a prefill) a request waiting behind it. After the job,
+//! one upkeep readies the cache for the next turn.
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use llama_cpp_2::token::LlamaToken;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::overflow::FittedPrompt;
+use super::{PromptParts, Session};
+use crate::engine::policy::{self, Derivation, PartialMarks, Purpose};
+use crate::engine::reply::{still_wanted, Halt};
+use crate::engine::{CacheReport, Event, Prompt};
+
+/// Prompt tokens a prefill evaluates between checks for a waiting generation request: about a
+/// second of a small model on a 2-core CPU, a few milliseconds on a GPU.
+const PREFILL_CHUNK: usize = 128;
+
+/// How long the engine waits with nothing to do before it copies the conversation for the disk
+/// cache: the user is reading or listening, and a tool result or the next partial transcript,
+/// which come sooner, never wait for the copy.
+pub(super) const PERSIST_AFTER_IDLE: Duration = Duration::from_millis(1000);
+
+/// A prompt evaluated into the cache.
+pub(super) struct Evaluated {
+    /// Prompt tokens the cache held before (the rest was evaluated, or is to be).
+    pub(super) cached: usize,
+    /// Prompt tokens evaluated now.
+    pub(super) evaluated: usize,
+    /// The batch index holding the last evaluated token's logits.
+    pub(super) logits_index: i32,
+    /// What the cache did, and why not more.
+    pub(super) cache: CacheReport,
+    /// Time spent evaluating.
+    pub(super) time: Duration,
+    /// A prefill stopped early for a request waiting behind it.
+    pub(super) yielded: bool,
+}
+
+/// What the upkeep after a reply needs to anticipate the next turn.
+pub(super) struct NextTurn<'p> {
+    /// The conversation evaluated (shortened, where it was).
+    pub(super) prompt: &'p Prompt,
+    /// Its rendered text.
+    pub(super) prompt_text: String,
+    /// The reply's text, as sent.
+    pub(super) reply: &'p str,
+    /// The prompt opened the model's reasoning.
+    pub(super) reasoning_opened: bool,
+}
+
+impl Session<'_> {
+    /// Makes the cache hold `fitted`'s tokens as the cache policy plans, sends
+    /// [`Event::Started`] (with `in_reasoning`), and evaluates what the cache did not hold, as far
+    /// as `purpose` needs.
+    pub(super) fn evaluate_prompt(
+        &mut self,
+        fitted: &FittedPrompt,
+        purpose: Purpose,
+        events: &UnboundedSender<Event>,
+        in_reasoning: bool,
+    ) -> Result<Evaluated, Halt> {
+        let tokens = &fitted.tokens;
+        let parts = PromptParts { text: fitted.text.as_deref(), landmarks: fitted.landmarks };
+        // What the drafter evaluated for the last reply's upkeep is no part of this job.
+        self.sequence.take_catch_up();
+        let derivation = match &fitted.full_tokens {
+            Some(full) => Derivation::Shortened { full },
+            None => Derivation::AsSent,
+        };
+        let reuse = self.sequence.reuse_prefix(tokens, derivation);
+        let cache = self.explain(&reuse, tokens, parts);
+        let keep = reuse.keep;
+        let started = Event::Started { prompt_tokens: tokens.len() as u32, cached_tokens: keep as u32, in_reasoning };
+        events.send(started).map_err(|_| Halt::Cancelled)?;
+
+        let marks =
+            if purpose == Purpose::Partial { self.partial_marks(tokens, parts) } else { PartialMarks::default() };
+        let plan = policy::plan_evaluation(
+            self.sequence.shape(),
+            self.sequence.takes_checkpoints(),
+            purpose,
+            tokens.len(),
+            keep,
+            marks,
+            self.sequence.min_save(),
+        );
+        let signals = self.signals;
+        let yielded = Cell::new(false);
+        let (chunk, yields) = match purpose {
+            Purpose::Reply => (self.sequence.n_batch(), false),
+            Purpose::Partial | Purpose::Warm => (PREFILL_CHUNK, true),
+        };
+        let time = Instant::now();
+        let outcome = self.sequence.prefill(&tokens[keep..plan.evaluate_to], chunk, plan, || {
+            if yields {
+                // The tests hold a prefill here, between two chunks.
+                fail::fail_point!("engine::prefill_chunk");
+            }
+            still_wanted(&signals.shutting_down, events)?;
+            if yields && signals.waiting_generations.load(Ordering::Relaxed) > 0 {
+                yielded.set(true);
+                return Err(Halt::Cancelled);
+            }
+            Ok(())
+        });
+        let logits_index = match outcome {
+            Ok(index) => index,
+            Err(Halt::Cancelled) if yielded.get() => {
+                tracing::debug!("prefill yields to a waiting request");
+                0
+            }
+            Err(halt) => return Err(halt),
+        };
+        let evaluated = self.sequence.tokens().len().saturating_sub(keep);
+        Ok(Evaluated { cached: keep, evaluated, logits_index, cache, time: time.elapsed(), yielded: yielded.get() })
+    }
+
+    /// Where a partial transcript's turn opens and its last word starts, in tokens.
+    fn partial_marks(&self, tokens: &[LlamaToken], parts: PromptParts<'_>) -> PartialMarks {
+        let Some(text) = parts.text else { return PartialMarks::default() };
+        let within = |offset: Option<usize>| offset.map(|offset| self.tokens_within(tokens, text, offset));
+        PartialMarks { opening: within(parts.landmarks.history_end), stable: within(parts.landmarks.last_word_start) }
+    }
+
+    /// How many of `tokens` (the tokenization of `text`) lie wholly within its first `offset`
+    /// bytes.
+    fn tokens_within(&self, tokens: &[LlamaToken], text: &str, offset: usize) -> usize {
+        let vocab = self.model.vocab();
+        // A BOS the tokenizer added is not in the text.
+        let mut end = 0usize;
+        let mut skip = self.added_bos(tokens, text);
+        let mut count = 0;
+        for &token in tokens {
+            let piece = vocab.token_to_piece(token, true, None).len();
+            if skip > 0 {
+                skip -= 1;
+                count += 1;
+                continue;
+            }
+            end += piece;
+            if end > offset {
+                break;
+            }
+            count += 1;
+        }
+        count
+    }
+
+    /// 1 when the tokenizer added a BOS that `text` does not start with, else 0.
+    pub(super) fn added_bos(&self, tokens: &[LlamaToken], text: &str) -> usize {
+        let vocab = self.model.vocab();
+        let added = tokens.first() == Some(&vocab.bos())
+            && vocab.should_add_bos()
+            && !text.starts_with(self.tokenizer.bos_text());
+        usize::from(added)
+    }
+
+    /// Readies the cache once the client has its answer: the prompt's checkpoint, the next turn
+    /// anticipated after a reply, the drafter caught up, the status published. The copy for the
+    /// disk cache waits until the engine has been idle a moment ([`PERSIST_AFTER_IDLE`]).
+    pub(super) fn upkeep(&mut self, next_turn: Option<NextTurn<'_>>) {
+        self.sequence.save_pending_checkpoint();
+        if let Some(next) = next_turn {
+            self.prepare_next_turn(next.prompt, next.prompt_text, next.reply, next.reasoning_opened);
+            self.persist_due = true;
+        }
+        self.sequence.save_pending_checkpoint();
+        // After the answer: the MTP context catches up with a prompt batch it has not seen yet.
+        self.sequence.mirror_pending();
+        self.publish_cache_status();
+    }
+
+    /// With nothing to do for `idle`: copies the conversation for the disk cache once the
+    /// engine has been idle [`PERSIST_AFTER_IDLE`] after a reply.
+    pub(super) fn on_idle(&mut self, idle: Duration) {
+        if self.persist_due && idle >= PERSIST_AFTER_IDLE {
+            self.persist_now();
+        }
+    }
+
+    /// Copies the conversation for the disk cache if a reply changed it since the last copy.
+    pub(super) fn persist_now(&mut self) {
+        if std::mem::take(&mut self.persist_due) && self.sequence.unpersisted() {
+            self.sequence.persist();
+            self.publish_cache_status();
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The cache policy's decisions, end to end on real models and fixtures: a conversation
+//! shortened by `--context-overflow drop-oldest` forgets only its own older form, never another
+//! conversation's live state (F2); on models whose cache cannot be cut, partial transcripts stop
+//! before their last word so the request continues them, and a revised word goes back to the
+//! turn's opening, not to the previous turn (F3). Outputs are compared with a fresh context
+//! that evaluates the same split.
+
+mod common;
+
+use common::{chat, greedy, long_system_prompt, model_path, smollm2_path, test_config, Generated};
+use firstword::engine::ContextOverflow;
+use firstword::{
+    CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, PrefillReport, Prompt, SamplingParams,
+};
+
+/// A user message of roughly `words` words, numbered so no two are alike.
+fn long_message(n: usize, words: usize) -> String {
+    let mut text = format!("Note {n}:");
+    for i in 0..words {
+        text.push_str(&format!(" item{}", n * 1000 + i));
+    }
+    text
+}
+
+/// F2: conversation A grows past the context and is shortened by its oldest turns at every
+/// turn; conversation B alternates with it. Each B turn continues B's previous prompt from the
+/// state store: A's shortened turns displace B's live state, and it is saved, not forgotten.
+#[test]
+fn a_conversation_shortened_by_drop_oldest_keeps_another_conversation_s_cache() {
+    let config = EngineConfig {
+        ctx_size: Some(2048),
+        context_overflow: ContextOverflow::DropOldest,
+        cache_min_tokens: 64,
+        ..test_config(smollm2_path())
+    };
+    let engine = Engine::start(config.clone()).expect("SmolLM2 loads");
+    let mut a = vec![ChatMessage::system("You keep notes for the user. Answer in one word.")];
+    let mut b = vec![ChatMessage::system(long_system_prompt(500)), ChatMessage::user("Which facts mention trains?")];
+    let mut b_before: Option<Generated> = None;
+    let mut checked = 0;
+    for n in 0..24 {
+        a.push(ChatMessage::user(long_message(n, 60)));
+        let turn_a = greedy(&engine, chat(&a), 4);
+        a.push(ChatMessage::assistant(turn_a.text.clone()));
+        let shortened = turn_a.usage.dropped_messages > 0;
+
+        let turn_b = greedy(&engine, chat(&b), 4);
+        let cache = turn_b.timings.cache;
+        eprintln!(
+            "turn {n}: A {:?} dropped {}; B {:?} {cache:?}",
+            turn_a.usage, turn_a.usage.dropped_messages, turn_b.usage
+        );
+        if let (Some(before), true) = (&b_before, shortened) {
+            // A shortened conversation displaced B: B's next turn continues its previous one.
+            assert!(
+                turn_b.usage.cached_tokens + 8 >= before.usage.prompt_tokens,
+                "turn {n}: B reused {} of its previous {} prompt tokens: {cache:?}",
+                turn_b.usage.cached_tokens,
+                before.usage.prompt_tokens
+            );
+            assert_eq!(cache.source, CacheSource::Ram, "turn {n}: {cache:?}");
+            checked += 1;
+        }
+        b.push(ChatMessage::assistant(turn_b.text.clone()));
+        b.push(ChatMessage::user(format!("And fact {n}?")));
+        b_before = Some(turn_b);
+        if checked >= 3 {
+            break;
+        }
+    }
+    assert!(checked >= 3, "conversation A was shortened on {checked} turns");
+}
+
+/// A greedy chat request.
+fn request(messages: &[ChatMessage], max_tokens: u32) -> GenerationRequest {
+    GenerationRequest {
+        max_tokens: Some(max_tokens),
+        sampling: SamplingParams::greedy(),
+        ..GenerationRequest::chat(messages.to_vec())
+    }
+}
+
+fn prefill(engine: &Engine, messages: &[ChatMessage]) -> PrefillReport {
+    engine.prefill(request(messages, 8)).expect("queued").wait_blocking().expect("prefilled")
+}
+
+/// F3: a spoken turn prefilled every 3 words on a model whose cache cannot be cut. Each
+/// partial stops before its last word (the next one continues it), and the request evaluates
+/// exactly what the last partial left: its last word and the generation prompt. A revised
+/// earlier word goes back to the checkpoint where the turn opens, not to the previous turn's.
+fn partials_leave_the_request_only_the_last_word(fixture: &str) {
+    let config = EngineConfig { cache_min_tokens: 32, ..test_config(model_path(fixture)) };
+    let engine = Engine::start(config.clone()).expect("fixture loads");
+    let mut messages =
+        vec![ChatMessage::system(long_system_prompt(300)), ChatMessage::user("Which facts mention trains?")];
+    let turn1 = greedy(&engine, chat(&messages), 8);
+    messages.push(ChatMessage::assistant(turn1.text.clone()));
+
+    let words = "please turn on the lights in the kitchen and then tell me what the weather is";
+    let words: Vec<&str> = words.split(' ').collect();
+    let spoken = |n: usize| [messages.clone(), vec![ChatMessage::user(words[..n].join(" "))]].concat();
+    let mut last = None;
+    for n in [3, 6, 9, 12, 15] {
+        let report = prefill(&engine, &spoken(n));
+        eprintln!("{fixture}: partial of {n} words {report:?}");
+        assert!(report.complete, "{report:?}");
+        if n > 3 {
+            assert_eq!(
+                report.timings.cache.source,
+                CacheSource::Live,
+                "{n} words continue the last partial: {report:?}"
+            );
+        }
+        assert!(
+            report.cached_tokens + report.prefilled_tokens < report.prompt_tokens,
+            "a partial stops before its last word: {report:?}"
+        );
+        last = Some(report);
+    }
+    let last = last.expect("partials");
+    let left = last.prompt_tokens - last.cached_tokens - last.prefilled_tokens;
+    let final_messages = spoken(15);
+    let answer = greedy(&engine, chat(&final_messages), 8);
+    eprintln!("{fixture}: the request {:?} {:?}", answer.usage, answer.timings.cache);
+    assert_eq!(answer.usage.prompt_tokens, last.prompt_tokens);
+    assert_eq!(answer.timings.cache.source, CacheSource::Live, "{:?}", answer.timings.cache);
+    assert_eq!(
+        answer.usage.prompt_tokens - answer.usage.cached_tokens,
+        left,
+        "the request evaluates only what the last partial left"
+    );
+    let fresh = fresh_split(&config, &chat(&final_messages), answer.usage.cached_tokens, 8);
+    assert_eq!(answer.text, fresh.text, "{fixture}: continuing the partials changed the output");
+
+    // The recogniser revises an earlier word: back to where the turn opens.
+    let mut revised = spoken(15);
+    revised.last_mut().expect("the user turn").content = "please turn off the lights in the hall".into();
+    let report = prefill(&engine, &revised);
+    eprintln!("{fixture}: revised partial {report:?}");
+    assert_eq!(report.timings.cache.source, CacheSource::Checkpoint, "{report:?}");
+    assert!(
+        report.cached_tokens > turn1.usage.prompt_tokens + turn1.usage.completion_tokens.saturating_sub(2),
+        "the checkpoint holds the previous turn and its reply: {report:?} after {:?}",
+        turn1.usage
+    );
+}
+
+/// A fresh engine with the store off evaluates `prompt` as the request did: its first `cached`
+/// tokens alone, then the rest; returns the greedy reply.
+fn fresh_split(config: &EngineConfig, prompt: &Prompt, cached: u32, max_tokens: u32) -> Generated {
+    let fresh = Engine::start(EngineConfig { cache_ram_mib: 0, ..config.clone() }).expect("model loads");
+    let tokens = fresh.tokenize_blocking(prompt).expect("tokenize");
+    greedy(&fresh, Prompt::Tokens(tokens[..cached as usize].to_vec()), 0);
+    let answer = greedy(&fresh, Prompt::Tokens(tokens), max_tokens);
+    assert_eq!(answer.usage.cached_tokens, cached, "the same split on both sides");
+    answer
+}
+
+#[test]
+fn partials_on_a_hybrid_model_leave_the_request_only_the_last_word() {
+    partials_leave_the_request_only_the_last_word("tiny-lfm2.gguf");
+}
+
+#[test]
+fn partials_on_a_recurrent_model_leave_the_request_only_the_last_word() {
+    partials_leave_the_request_only_the_last_word("tiny-mamba.gguf");
+}
