@@ -133,8 +133,10 @@ pub enum CallArguments {
 pub enum CallContent {
     /// `""`, what most templates test with `if message.content` (or print).
     Empty,
-    /// None (a client's `"content": null`), for templates that write calls only then
-    /// (DeepSeek-R1-Distill-Llama's `message['content'] is none`): with `""` they drop the calls.
+    /// None (a client's `"content": null`, as llama.cpp passes it), for templates that write
+    /// calls only then (DeepSeek-R1-Distill-Llama's `message['content'] is none`): with `""` they
+    /// drop the calls. Transformers drops keys whose value is None, so it renders no calls with
+    /// such a template.
     None,
 }
 
