@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use common::tools::{check_call, request, tool_definitions, tools};
 use common::{post, post_json, spawn_server, stream_chunks, test_config};
-use firstword::chat::ToolCall;
+use firstword::chat::{CallArguments, ChatTemplate, ToolCall};
 use firstword::{Engine, EngineConfig};
 use serde_json::{json, Value};
 
@@ -41,6 +41,10 @@ const TEMPLATES: &[(&str, &str, bool)] = &[
     ("Kimi-K2-Instruct", "name+json", true),
     ("MiniMax-M3", "xml", true),
     ("google-gemma-2-2b-it", "generic", true),
+    // The reply starts inside the prompt's `>>>` opener.
+    ("meetkai-functionary-medium-v3.2", "name+json", true),
+    // Calls rendered only where the calling message's content is none.
+    ("deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "name+json", true),
 ];
 
 /// The calls of an answer as (name, arguments), each checked against the test tools' schemas.
@@ -120,10 +124,17 @@ async fn every_family_makes_required_calls_and_renders_the_round_trip_its_way() 
         let (status, applied) = post_json(&server.base, "/apply-template", &follow).await;
         assert_eq!(status, 200, "{name}: {applied}");
         let prompt = applied["prompt"].as_str().expect("prompt");
-        // Templates print arguments as Python's json.dumps does.
+        // Templates print arguments as Python's json.dumps does, or the client's text as it is
+        // where they take it as text (functionary v3.2, DeepSeek-R1-Distill-Llama).
         let value: Value = serde_json::from_str(&arguments).expect("JSON");
         let python = serde_json::to_string(&value).expect("JSON").replace("\":", "\": ").replace(",\"", ", \"");
-        let call = ToolCall { id: id.clone(), name: function.clone(), arguments: python };
+        let source = std::fs::read_to_string(template(name)).expect("readable");
+        let as_text = ChatTemplate::new(&source, "", "").expect("compiles").call_arguments() == CallArguments::Text;
+        let call = ToolCall {
+            id: id.clone(),
+            name: function.clone(),
+            arguments: if as_text { arguments.clone() } else { python },
+        };
         let written = info.tool_format.write_calls(&[call], &tool_definitions());
         if exact {
             assert!(
