@@ -153,3 +153,38 @@ async fn every_family_makes_required_calls_and_renders_the_round_trip_its_way() 
         println!("{name}: {family} call {function}({arguments}), streamed {streamed:?}");
     }
 }
+
+/// Functionary v3.2's reply starts after the prompt's `>>>`: a text reply is `all\n` and the
+/// text (the grammar of `tool_choice: "none"` forces it), and the client gets the text alone,
+/// streamed and not.
+#[tokio::test]
+async fn functionary_v3_2_text_replies_come_without_their_recipient() {
+    let config = EngineConfig {
+        chat_template_file: Some(template("meetkai-functionary-medium-v3.2")),
+        ..test_config(common::smollm2_path())
+    };
+    let server = spawn_server(Engine::start(config).expect("SmolLM2 loads with the template"));
+    let body =
+        request("You are a home assistant.", "Say hello.", json!("none"), json!({"temperature": 0, "max_tokens": 12}));
+    let (status, answer) = post(&server.base, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let content = answer["choices"][0]["message"]["content"].as_str().expect("text content");
+    assert!(!content.trim().is_empty() && !content.starts_with("all"), "{answer}");
+    assert!(answer["choices"][0]["message"]["tool_calls"].is_null(), "{answer}");
+    let mut streamed = String::new();
+    for chunk in stream_chunks(&server.base, &body).await {
+        if let Some(text) = chunk["choices"].get(0).and_then(|c| c["delta"]["content"].as_str()) {
+            streamed.push_str(text);
+        }
+    }
+    assert_eq!(streamed, content, "the same text streamed");
+    // The prompt of the next turn holds the reply as the model wrote it, after the opener.
+    let mut messages = body["messages"].as_array().expect("messages").clone();
+    messages.push(json!({"role": "assistant", "content": content}));
+    messages.push(json!({"role": "user", "content": "Thanks."}));
+    let (status, applied) = post_json(&server.base, "/apply-template", &json!({"messages": messages})).await;
+    assert_eq!(status, 200, "{applied}");
+    let prompt = applied["prompt"].as_str().expect("prompt");
+    assert!(prompt.contains(&format!("<|end_header_id|>\n\n>>>all\n{content}<|eot_id|>")), "{prompt:?}");
+    server.engine.wait_idle_blocking();
+}
