@@ -15,8 +15,6 @@ mod variables;
 
 use super::pyjson;
 use super::{CallArguments, CallContent, ChatMessage, TemplateKwargs};
-#[cfg(test)]
-use super::{Role, ToolCall};
 
 const TEMPLATE_NAME: &str = "chat";
 const GEMMA_TEMPLATE: &str = include_str!("templates/gemma.jinja");
@@ -314,7 +312,7 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::Role;
+    use crate::chat::{Role, ToolCall};
 
     fn gemma() -> ChatTemplate {
         ChatTemplate::new(GEMMA_TEMPLATE, "<bos>", "<eos>").expect("gemma template compiles")
