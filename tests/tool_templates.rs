@@ -86,13 +86,14 @@ async fn every_family_makes_required_calls_and_renders_the_round_trip_its_way() 
         assert_eq!(status, 200, "{name}: {answer}");
         assert_eq!(answer["choices"][0]["finish_reason"], "tool_calls", "{name}: {answer}");
         let calls = checked_calls(&answer, name);
-        let content = answer["choices"][0]["message"]["content"].as_str().unwrap_or_default();
-        assert!(content.trim().is_empty(), "{name}: no text beside a forced call: {answer}");
+        // Not even the whitespace a reasoning template leaves after its reasoning block.
+        assert!(answer["choices"][0]["message"]["content"].is_null(), "{name}: no text beside a forced call: {answer}");
 
         let mut streamed: Vec<(String, String)> = Vec::new();
         let mut finish = None;
         for chunk in stream_chunks(&server.base, &body).await {
             let Some(choice) = chunk["choices"].get(0) else { continue };
+            assert!(choice["delta"]["content"].is_null(), "{name}: no text streamed beside a forced call: {chunk}");
             if let Some(reason) = choice["finish_reason"].as_str() {
                 finish = Some(reason.to_string());
             }
@@ -186,5 +187,44 @@ async fn functionary_v3_2_text_replies_come_without_their_recipient() {
     assert_eq!(status, 200, "{applied}");
     let prompt = applied["prompt"].as_str().expect("prompt");
     assert!(prompt.contains(&format!("<|end_header_id|>\n\n>>>all\n{content}<|eot_id|>")), "{prompt:?}");
+    server.engine.wait_idle_blocking();
+}
+
+/// A required call cut by `max_tokens` is no call: `finish_reason` is "length" and the answer
+/// carries no call with unfinished arguments (Qwen3's template, reasoning off by budget).
+#[tokio::test]
+async fn a_call_cut_by_max_tokens_comes_back_as_length_without_the_call() {
+    let config = EngineConfig {
+        chat_template_file: Some(template("Qwen-Qwen3-0.6B")),
+        reasoning_budget: Some(0),
+        ..test_config(common::smollm2_path())
+    };
+    let server = spawn_server(Engine::start(config).expect("SmolLM2 loads with the template"));
+    for max_tokens in [4, 8, 16] {
+        let body = request(
+            "You are a home assistant.",
+            "Set a timer for ten minutes please.",
+            json!("required"),
+            json!({"temperature": 0, "max_tokens": max_tokens}),
+        );
+        let (status, answer) = post(&server.base, &body).await;
+        assert_eq!(status, 200, "{max_tokens}: {answer}");
+        let choice = &answer["choices"][0];
+        assert_eq!(choice["finish_reason"], "length", "{max_tokens}: {answer}");
+        assert!(choice["message"]["tool_calls"].is_null(), "{max_tokens}: no cut call: {answer}");
+        assert_eq!(answer["usage"]["completion_tokens"], max_tokens, "{answer}");
+        let mut finish = None;
+        let mut started = false;
+        for chunk in stream_chunks(&server.base, &body).await {
+            let Some(choice) = chunk["choices"].get(0) else { continue };
+            started |= choice["delta"]["tool_calls"].is_array();
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                finish = Some(reason.to_string());
+            }
+        }
+        assert_eq!(finish.as_deref(), Some("length"), "{max_tokens}: streamed");
+        // The longest cut comes inside the call: its name was streamed already.
+        assert!(max_tokens < 16 || started, "{max_tokens}: the call had started");
+    }
     server.engine.wait_idle_blocking();
 }
