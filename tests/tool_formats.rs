@@ -204,6 +204,19 @@ fn every_template_has_the_format_the_docs_list() {
     assert!(documented == text, "{DOC} is out of date; the table is now:\n{text}");
 }
 
+/// SmolLM2's vocabulary (no weights), loaded once: llama.cpp's backend is initialized once per
+/// process, and the tests of this file run in parallel.
+fn vocabulary() -> &'static LlamaModel {
+    static MODEL: std::sync::OnceLock<(LlamaBackend, LlamaModel)> = std::sync::OnceLock::new();
+    let (_, model) = MODEL.get_or_init(|| {
+        let backend = LlamaBackend::init().expect("backend");
+        let params = LlamaModelParams::default().with_vocab_only(true);
+        let model = LlamaModel::load_from_file(&backend, common::smollm2_path(), &params).expect("vocabulary loads");
+        (backend, model)
+    });
+    model
+}
+
 /// What llama.cpp's grammar makes of a text.
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
@@ -264,9 +277,7 @@ fn parse_every_split(format: &ToolFormat, tools: &ToolSet, text: &str) -> Vec<(S
 /// grammar takes them and refuses broken ones.
 #[test]
 fn every_native_format_parses_its_templates_calls_and_its_grammar_takes_them() {
-    let backend = LlamaBackend::init().expect("backend");
-    let params = LlamaModelParams::default().with_vocab_only(true);
-    let model = LlamaModel::load_from_file(&backend, common::smollm2_path(), &params).expect("vocabulary loads");
+    let model = vocabulary();
     let definitions = test_tools();
     let tools = ToolSet::new(definitions.clone()).expect("tools");
     let (_, exact) = table();
@@ -290,19 +301,19 @@ fn every_native_format_parses_its_templates_calls_and_its_grammar_takes_them() {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| parse_every_split(format, &tools, &text)));
             check(parsed.as_ref().is_ok_and(|p| *p == expected), format!("parses {text:?} as {parsed:?}"));
             let grammar = request_grammar(format, &tools, &ToolChoice::Required, true, None).expect("grammar");
-            let whole = verdict(&model, &grammar, &text);
+            let whole = verdict(model, &grammar, &text);
             check(whole == Verdict::Complete, format!("grammar: {whole:?} for {text:?}\n{}", grammar.gbnf));
             let cut = &text[..text.char_indices().nth(text.chars().count() / 2).map_or(0, |(i, _)| i)];
-            let cut_verdict = verdict(&model, &grammar, cut);
+            let cut_verdict = verdict(model, &grammar, cut);
             check(cut_verdict == Verdict::Partial, format!("cut off {cut:?}: {cut_verdict:?}"));
         }
         let grammar = request_grammar(format, &tools, &ToolChoice::Required, true, None).expect("grammar");
         let one = format.write_calls(&calls[..1], &definitions);
         let repeated = one.replacen("unit", "city", 1);
-        let verdict_repeated = verdict(&model, &grammar, &repeated);
+        let verdict_repeated = verdict(model, &grammar, &repeated);
         check(verdict_repeated == Verdict::Rejected, format!("repeated key {repeated:?}: {verdict_repeated:?}"));
         let missing = format.write_calls(&[call("call00003", "get_weather", json!({"city": "Paris"}))], &definitions);
-        let verdict_missing = verdict(&model, &grammar, &missing);
+        let verdict_missing = verdict(model, &grammar, &missing);
         check(verdict_missing != Verdict::Complete, format!("missing argument {missing:?}: {verdict_missing:?}"));
         // A named function: one call only.
         let named =
@@ -310,9 +321,9 @@ fn every_native_format_parses_its_templates_calls_and_its_grammar_takes_them() {
         let mut second = calls[0].clone();
         second.id = "call00004".into();
         let two = format.write_calls(&[calls[0].clone(), second], &definitions);
-        check(verdict(&model, &named, &one) == Verdict::Complete, format!("named: {one:?}"));
+        check(verdict(model, &named, &one) == Verdict::Complete, format!("named: {one:?}"));
         if format.parallel_calls() {
-            check(verdict(&model, &named, &two) == Verdict::Rejected, format!("named, two calls {two:?}"));
+            check(verdict(model, &named, &two) == Verdict::Rejected, format!("named, two calls {two:?}"));
         }
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
@@ -398,4 +409,96 @@ fn every_native_template_renders_the_round_trip_of_its_own_calls() {
     }
     assert!(checked >= 60, "{checked} native templates checked");
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The collection's template `name`, as `serve --chat-template-file` loads it.
+fn collection_format(name: &str) -> ChatFormat {
+    let (_, source) =
+        templates().into_iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("{name} in the collection"));
+    chat_format(&source).expect("compiles")
+}
+
+/// Functionary v3.2's generation prompt ends with the call opener `>>>`: the reply is `all\n`
+/// and text (perhaps then calls after `>>>`), or calls. `auto` allows both, `required` and a
+/// named function calls only, `none` text only; the text never carries the recipient.
+#[test]
+fn functionary_v3_2_replies_start_inside_the_opener_and_the_grammar_knows_it() {
+    let chat = collection_format("meetkai-functionary-medium-v3.2");
+    let format = chat.tool_format().clone();
+    assert_eq!((format.openers(), format.text_recipient()), (vec![">>>".to_string()], Some("all\n")));
+    let prompt = chat.render(&[ChatMessage::user("Weather in Paris?")], &test_tools()).expect("renders").text;
+    assert!(prompt.ends_with("<|start_header_id|>assistant<|end_header_id|>\n\n>>>"), "{prompt:?}");
+
+    let model = vocabulary();
+    let tools = ToolSet::new(test_tools()).expect("tools");
+    let grammar = |choice: ToolChoice| request_grammar(&format, &tools, &choice, true, None).expect("a grammar");
+    let call = r#"get_weather\n{"city": "Paris", "unit": "celsius"}"#.replace("\\n", "\n");
+    let two = format!("{call}>>>set_timer\n{{\"minutes\": 10}}");
+    let text = "all\nIt is sunny.";
+    let text_then_call = format!("all\nLet me check.>>>{call}");
+    let auto = grammar(ToolChoice::Auto);
+    assert!(auto.triggers.is_empty() && auto.anchored_triggers.is_empty(), "the reply starts inside the opener");
+    for (choice, grammar) in [
+        ("auto", &auto),
+        ("required", &grammar(ToolChoice::Required)),
+        ("named", &grammar(ToolChoice::Function("get_weather".into()))),
+        ("none", &grammar(ToolChoice::None)),
+    ] {
+        let allows_text = matches!(choice, "auto" | "none");
+        let allows_calls = choice != "none";
+        let expect = |allowed: bool| if allowed { Verdict::Complete } else { Verdict::Rejected };
+        assert_eq!(verdict(model, grammar, text), expect(allows_text), "{choice}: {text:?}");
+        assert_eq!(verdict(model, grammar, &call), expect(allows_calls), "{choice}: {call:?}");
+        assert_eq!(verdict(model, grammar, &text_then_call), expect(choice == "auto"), "{choice}: {text_then_call:?}");
+        assert_eq!(verdict(model, grammar, &two), expect(matches!(choice, "auto" | "required")), "{choice}: {two:?}");
+        // Text without its recipient, a second recipient, a repeated key: never.
+        for bad in
+            ["It is sunny.", "all\nSunny.>>>all\nWarm.", "get_weather\n{\"city\": \"Paris\", \"city\": \"Rome\"}"]
+        {
+            assert_eq!(verdict(model, grammar, bad), Verdict::Rejected, "{choice}: {bad:?}");
+        }
+        // A call cut off is unfinished, not complete.
+        if allows_calls {
+            assert_eq!(verdict(model, grammar, &call[..call.len() - 3]), Verdict::Partial, "{choice}");
+        }
+    }
+
+    // The reply's message: text without the recipient, calls apart from text.
+    let definitions = test_tools();
+    let reply = chat.reply_message(&text_then_call, false, &definitions);
+    assert_eq!((reply.content.as_str(), reply.tool_calls.len()), ("Let me check.", 1));
+    assert_eq!(chat.reply_message(text, false, &definitions).content, "It is sunny.");
+    assert_eq!(chat.reply_message(text, false, &[]).content, "It is sunny.", "without tools too");
+    // Sent back, the text reply renders as the model wrote it after the prompt's opener.
+    let mut messages = vec![ChatMessage::user("Weather in Paris?")];
+    messages.push(chat.reply_message(text, false, &[]));
+    let next = chat.render(&messages, &[]).expect("renders").text;
+    assert!(next.contains(&format!(">>>{text}<|eot_id|>")), "{next:?}");
+}
+
+/// DeepSeek-R1-Distill-Llama's template writes calls only for an assistant message whose
+/// content is none (a client's `null`): firstword passes none there, and the calls render.
+#[test]
+fn deepseek_r1_distill_llama_renders_calls_given_no_content() {
+    let chat = collection_format("deepseek-ai-DeepSeek-R1-Distill-Llama-8B");
+    let format = chat.tool_format().clone();
+    assert_eq!(format.family(), Family::NamedJson);
+    let definitions = test_tools();
+    let calls = sample_calls();
+    let prompt = chat.render(&conversation(&calls[..1]), &definitions).expect("renders").text;
+    let written = format.write_calls(&calls[..1], &definitions);
+    assert!(
+        written.starts_with("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"),
+        "{written:?}"
+    );
+    assert!(prompt.contains(&format!("<｜Assistant｜>{written}<｜tool▁outputs▁begin｜>")), "{prompt:?}");
+    // Two calls: the template closes the section after the second one.
+    let prompt = chat.render(&conversation(&calls), &definitions).expect("renders").text;
+    let two = format.write_calls(&calls, &definitions);
+    assert!(prompt.contains(&format!("{two}<｜tool▁calls▁end｜><｜end▁of▁sentence｜>")), "{prompt:?}");
+    // A message with text and calls keeps its text (this template then writes no calls).
+    let mut with_text = conversation(&calls[..1]);
+    with_text[1].content = "Checking.".into();
+    let prompt = chat.render(&with_text, &definitions).expect("renders").text;
+    assert!(prompt.contains("<｜Assistant｜>Checking.<｜end▁of▁sentence｜>"), "{prompt:?}");
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use common::tools::{check_call, request, tool_definitions, tools};
 use common::{post, post_json, spawn_server, stream_chunks, test_config};
-use firstword::chat::ToolCall;
+use firstword::chat::{CallArguments, ChatTemplate, ToolCall};
 use firstword::{Engine, EngineConfig};
 use serde_json::{json, Value};
 
@@ -41,6 +41,10 @@ const TEMPLATES: &[(&str, &str, bool)] = &[
     ("Kimi-K2-Instruct", "name+json", true),
     ("MiniMax-M3", "xml", true),
     ("google-gemma-2-2b-it", "generic", true),
+    // The reply starts inside the prompt's `>>>` opener.
+    ("meetkai-functionary-medium-v3.2", "name+json", true),
+    // Calls rendered only where the calling message's content is none.
+    ("deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "name+json", true),
 ];
 
 /// The calls of an answer as (name, arguments), each checked against the test tools' schemas.
@@ -82,13 +86,14 @@ async fn every_family_makes_required_calls_and_renders_the_round_trip_its_way() 
         assert_eq!(status, 200, "{name}: {answer}");
         assert_eq!(answer["choices"][0]["finish_reason"], "tool_calls", "{name}: {answer}");
         let calls = checked_calls(&answer, name);
-        let content = answer["choices"][0]["message"]["content"].as_str().unwrap_or_default();
-        assert!(content.trim().is_empty(), "{name}: no text beside a forced call: {answer}");
+        // Not even the whitespace a reasoning template leaves after its reasoning block.
+        assert!(answer["choices"][0]["message"]["content"].is_null(), "{name}: no text beside a forced call: {answer}");
 
         let mut streamed: Vec<(String, String)> = Vec::new();
         let mut finish = None;
         for chunk in stream_chunks(&server.base, &body).await {
             let Some(choice) = chunk["choices"].get(0) else { continue };
+            assert!(choice["delta"]["content"].is_null(), "{name}: no text streamed beside a forced call: {chunk}");
             if let Some(reason) = choice["finish_reason"].as_str() {
                 finish = Some(reason.to_string());
             }
@@ -120,10 +125,17 @@ async fn every_family_makes_required_calls_and_renders_the_round_trip_its_way() 
         let (status, applied) = post_json(&server.base, "/apply-template", &follow).await;
         assert_eq!(status, 200, "{name}: {applied}");
         let prompt = applied["prompt"].as_str().expect("prompt");
-        // Templates print arguments as Python's json.dumps does.
+        // Templates print arguments as Python's json.dumps does, or the client's text as it is
+        // where they take it as text (functionary v3.2, DeepSeek-R1-Distill-Llama).
         let value: Value = serde_json::from_str(&arguments).expect("JSON");
         let python = serde_json::to_string(&value).expect("JSON").replace("\":", "\": ").replace(",\"", ", \"");
-        let call = ToolCall { id: id.clone(), name: function.clone(), arguments: python };
+        let source = std::fs::read_to_string(template(name)).expect("readable");
+        let as_text = ChatTemplate::new(&source, "", "").expect("compiles").call_arguments() == CallArguments::Text;
+        let call = ToolCall {
+            id: id.clone(),
+            name: function.clone(),
+            arguments: if as_text { arguments.clone() } else { python },
+        };
         let written = info.tool_format.write_calls(&[call], &tool_definitions());
         if exact {
             assert!(
@@ -141,4 +153,78 @@ async fn every_family_makes_required_calls_and_renders_the_round_trip_its_way() 
         server.engine.wait_idle_blocking();
         println!("{name}: {family} call {function}({arguments}), streamed {streamed:?}");
     }
+}
+
+/// Functionary v3.2's reply starts after the prompt's `>>>`: a text reply is `all\n` and the
+/// text (the grammar of `tool_choice: "none"` forces it), and the client gets the text alone,
+/// streamed and not.
+#[tokio::test]
+async fn functionary_v3_2_text_replies_come_without_their_recipient() {
+    let config = EngineConfig {
+        chat_template_file: Some(template("meetkai-functionary-medium-v3.2")),
+        ..test_config(common::smollm2_path())
+    };
+    let server = spawn_server(Engine::start(config).expect("SmolLM2 loads with the template"));
+    let body =
+        request("You are a home assistant.", "Say hello.", json!("none"), json!({"temperature": 0, "max_tokens": 12}));
+    let (status, answer) = post(&server.base, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let content = answer["choices"][0]["message"]["content"].as_str().expect("text content");
+    assert!(!content.trim().is_empty() && !content.starts_with("all"), "{answer}");
+    assert!(answer["choices"][0]["message"]["tool_calls"].is_null(), "{answer}");
+    let mut streamed = String::new();
+    for chunk in stream_chunks(&server.base, &body).await {
+        if let Some(text) = chunk["choices"].get(0).and_then(|c| c["delta"]["content"].as_str()) {
+            streamed.push_str(text);
+        }
+    }
+    assert_eq!(streamed, content, "the same text streamed");
+    // The prompt of the next turn holds the reply as the model wrote it, after the opener.
+    let mut messages = body["messages"].as_array().expect("messages").clone();
+    messages.push(json!({"role": "assistant", "content": content}));
+    messages.push(json!({"role": "user", "content": "Thanks."}));
+    let (status, applied) = post_json(&server.base, "/apply-template", &json!({"messages": messages})).await;
+    assert_eq!(status, 200, "{applied}");
+    let prompt = applied["prompt"].as_str().expect("prompt");
+    assert!(prompt.contains(&format!("<|end_header_id|>\n\n>>>all\n{content}<|eot_id|>")), "{prompt:?}");
+    server.engine.wait_idle_blocking();
+}
+
+/// A required call cut by `max_tokens` is no call: `finish_reason` is "length" and the answer
+/// carries no call with unfinished arguments (Qwen3's template, reasoning off by budget).
+#[tokio::test]
+async fn a_call_cut_by_max_tokens_comes_back_as_length_without_the_call() {
+    let config = EngineConfig {
+        chat_template_file: Some(template("Qwen-Qwen3-0.6B")),
+        reasoning_budget: Some(0),
+        ..test_config(common::smollm2_path())
+    };
+    let server = spawn_server(Engine::start(config).expect("SmolLM2 loads with the template"));
+    for max_tokens in [4, 8, 16] {
+        let body = request(
+            "You are a home assistant.",
+            "Set a timer for ten minutes please.",
+            json!("required"),
+            json!({"temperature": 0, "max_tokens": max_tokens}),
+        );
+        let (status, answer) = post(&server.base, &body).await;
+        assert_eq!(status, 200, "{max_tokens}: {answer}");
+        let choice = &answer["choices"][0];
+        assert_eq!(choice["finish_reason"], "length", "{max_tokens}: {answer}");
+        assert!(choice["message"]["tool_calls"].is_null(), "{max_tokens}: no cut call: {answer}");
+        assert_eq!(answer["usage"]["completion_tokens"], max_tokens, "{answer}");
+        let mut finish = None;
+        let mut started = false;
+        for chunk in stream_chunks(&server.base, &body).await {
+            let Some(choice) = chunk["choices"].get(0) else { continue };
+            started |= choice["delta"]["tool_calls"].is_array();
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                finish = Some(reason.to_string());
+            }
+        }
+        assert_eq!(finish.as_deref(), Some("length"), "{max_tokens}: streamed");
+        // The longest cut comes inside the call: its name was streamed already.
+        assert!(max_tokens < 16 || started, "{max_tokens}: the call had started");
+    }
+    server.engine.wait_idle_blocking();
 }

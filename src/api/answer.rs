@@ -60,16 +60,20 @@ impl AnswerShaper {
     /// A shaper for a reply made under `plan`; `in_reasoning` when the prompt opened the
     /// model's reasoning.
     pub(super) fn new(plan: OutputPlan, in_reasoning: bool) -> Self {
-        let parser = plan.tools.as_ref().map(|tools| {
-            let parser = ToolCallParser::new(plan.format.clone()).with_tools(tools);
-            // Without a response format, the grammar makes a reply that opens with a JSON
-            // object a call (with one, that reply is the JSON answer).
-            if plan.schema.is_none() {
-                parser.with_json_object_calls()
-            } else {
-                parser
+        let parser = match &plan.tools {
+            Some(tools) => {
+                let parser = ToolCallParser::new(plan.format.clone()).with_tools(tools);
+                // Without a response format, the grammar makes a reply that opens with a JSON
+                // object a call (with one, that reply is the JSON answer).
+                Some(if plan.schema.is_none() { parser.with_json_object_calls() } else { parser })
             }
-        });
+            // A reply that starts inside the call opener starts with its text recipient
+            // (functionary v3.2's `all\n`), which is no content.
+            None if plan.format.text_recipient().is_some() => {
+                Some(ToolCallParser::new(plan.format.clone()).without_calls())
+            }
+            None => None,
+        };
         let reasoning = plan.reasoning.map(|format| ReasoningSplitter::new(format, in_reasoning));
         Self {
             plan,

@@ -84,7 +84,7 @@ impl ChatMessage {
 
     /// The message as Hugging Face templates receive it from transformers' `apply_chat_template`
     /// (see the module docs of [`crate::chat`] for the whole context).
-    pub(crate) fn to_template_value(&self, arguments: CallArguments) -> Value {
+    pub(crate) fn to_template_value(&self, arguments: CallArguments, call_content: CallContent) -> Value {
         let mut object = Map::new();
         // transformers copies a message's reasoning to `thinking` (first, for gpt-oss templates)
         // and `reasoning_content`.
@@ -92,7 +92,12 @@ impl ChatMessage {
             object.insert("thinking".into(), json!(reasoning));
         }
         object.insert("role".into(), json!(self.role.as_str()));
-        object.insert("content".into(), json!(self.content));
+        let no_text = self.role == Role::Assistant && !self.tool_calls.is_empty() && self.content.is_empty();
+        if no_text && call_content == CallContent::None {
+            object.insert("content".into(), Value::Null);
+        } else {
+            object.insert("content".into(), json!(self.content));
+        }
         if let Some(name) = &self.name {
             object.insert("name".into(), json!(name));
         }
@@ -120,6 +125,19 @@ pub enum CallArguments {
     /// As the JSON text the client sent, for templates that can only write them as text
     /// (functionary v3.2 writes `'\n' + arguments`).
     Text,
+}
+
+/// What a chat template receives as the `content` of an assistant message that makes calls and
+/// holds no text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallContent {
+    /// `""`, what most templates test with `if message.content` (or print).
+    Empty,
+    /// None (a client's `"content": null`, as llama.cpp passes it), for templates that write
+    /// calls only then (DeepSeek-R1-Distill-Llama's `message['content'] is none`): with `""` they
+    /// drop the calls. Transformers drops keys whose value is None, so it renders no calls with
+    /// such a template.
+    None,
 }
 
 impl ToolCall {

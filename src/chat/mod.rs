@@ -14,8 +14,9 @@
 //! - `messages`: one map per message, keys in this order and only where they have a value:
 //!   `thinking` (an assistant's earlier reasoning, first, as transformers copies it for gpt-oss
 //!   templates), `role` (`system`, `user`, `assistant` or `tool`; a `developer` message arrives
-//!   as `system`), `content` (always a string: text parts joined, a null content `""`), `name`
-//!   (when the client sent one), `tool_calls` (assistant messages:
+//!   as `system`), `content` (a string: text parts joined, a null content `""`; none for an
+//!   assistant's calls without text where the template writes calls only then,
+//!   [`CallContent`]), `name` (when the client sent one), `tool_calls` (assistant messages:
 //!   `[{"id", "type": "function", "function": {"name", "arguments"}}]`), `tool_call_id` (tool
 //!   results) and `reasoning_content` (the same reasoning as `thinking`).
 //! - A call's `arguments` are the object the client's JSON text holds (what transformers
@@ -50,7 +51,7 @@ pub mod tools;
 pub use grammar::Grammar;
 pub use history::Turns;
 pub use landmarks::{Landmarks, PromptPart};
-pub use message::{CallArguments, ChatMessage, Role, ToolCall};
+pub use message::{CallArguments, CallContent, ChatMessage, Role, ToolCall};
 pub use reasoning::{ReasoningFormat, ReasoningSplitter, Split};
 pub use render::{ChatFormat, RenderedChat};
 #[cfg(feature = "fuzzing")]

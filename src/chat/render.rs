@@ -125,7 +125,13 @@ impl ChatFormat {
                 message
             }
         };
-        if !tools.is_empty() {
+        if tools.is_empty() && self.tool_format.text_recipient().is_some() {
+            // The reply's text recipient (functionary v3.2's `all\n`) is the template's to write.
+            let mut parser = ToolCallParser::new(self.tool_format.clone()).without_calls();
+            let mut pieces = parser.push(&message.content);
+            pieces.extend(parser.finish().0);
+            message.content = content_of(pieces);
+        } else if !tools.is_empty() {
             // The tools' schemas tell a parameter's JSON value from its text.
             let tool_set = ToolSet::new(tools.to_vec()).ok();
             let mut parser = ToolCallParser::new(self.tool_format.clone());
@@ -141,14 +147,10 @@ impl ChatFormat {
                 .enumerate()
                 .map(|(i, call)| ToolCall { id: format!("call_{i}"), name: call.name, arguments: call.arguments })
                 .collect();
+            if !calls.is_empty() || self.tool_format.text_recipient().is_some() {
+                message.content = content_of(pieces);
+            }
             if !calls.is_empty() {
-                message.content = pieces
-                    .into_iter()
-                    .filter_map(|piece| match piece {
-                        ParsedPiece::Content(text) => Some(text),
-                        _ => None,
-                    })
-                    .collect();
                 self.memory.remember(&calls);
                 message.tool_calls = calls;
             }
@@ -175,6 +177,17 @@ impl ChatFormat {
         text.truncate(text.find(USER_MARK)?);
         Some(text)
     }
+}
+
+/// The text of parsed pieces.
+fn content_of(pieces: Vec<ParsedPiece>) -> String {
+    pieces
+        .into_iter()
+        .filter_map(|piece| match piece {
+            ParsedPiece::Content(text) => Some(text),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -9,11 +9,12 @@ use minijinja::{Environment, ErrorKind, Value};
 
 mod generation;
 mod lists;
+mod probes;
 mod python;
 mod variables;
 
 use super::pyjson;
-use super::{CallArguments, ChatMessage, Role, TemplateKwargs, ToolCall};
+use super::{CallArguments, CallContent, ChatMessage, TemplateKwargs};
 
 const TEMPLATE_NAME: &str = "chat";
 const GEMMA_TEMPLATE: &str = include_str!("templates/gemma.jinja");
@@ -105,7 +106,7 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     limits: RenderLimits,
-    call_arguments: CallArguments,
+    forms: probes::Forms,
 }
 
 impl ChatTemplate {
@@ -148,39 +149,10 @@ impl ChatTemplate {
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
             limits,
-            call_arguments: CallArguments::Object,
+            forms: probes::Forms::default(),
         };
-        template.call_arguments = template.probe_call_arguments();
+        template.forms = template.probe_forms();
         Ok(template)
-    }
-
-    /// How this template takes call arguments: as objects, unless it fails on an object and
-    /// renders the text (a template that writes `'\n' + arguments`).
-    fn probe_call_arguments(&self) -> CallArguments {
-        let mut call = ChatMessage::assistant("");
-        call.tool_calls.push(ToolCall {
-            id: "call_1".into(),
-            name: "tool1".into(),
-            arguments: r#"{"arg": "value"}"#.into(),
-        });
-        let mut result = ChatMessage::new(Role::Tool, "result");
-        result.tool_call_id = Some("call_1".into());
-        result.name = Some("tool1".into());
-        let messages = [ChatMessage::user("question"), call, result];
-        let tools = serde_json::json!([{"type": "function", "function": {"name": "tool1", "description": "A tool",
-            "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}, "required": ["arg"]}}}]);
-        let render = |form| self.render_as(&messages, Some(&tools), false, &TemplateKwargs::new(), form);
-        if render(CallArguments::Object).is_err() && render(CallArguments::Text).is_ok() {
-            CallArguments::Text
-        } else {
-            CallArguments::Object
-        }
-    }
-
-    /// How this template receives the arguments of earlier tool calls.
-    #[must_use]
-    pub fn call_arguments(&self) -> CallArguments {
-        self.call_arguments
     }
 
     /// Picks the template for a model: a user file first, then the GGUF's own, then one known
@@ -228,7 +200,7 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         kwargs: &TemplateKwargs,
     ) -> Result<String, TemplateError> {
-        self.render_as(messages, tools, add_generation_prompt, kwargs, self.call_arguments)
+        self.render_as(messages, tools, add_generation_prompt, kwargs, self.forms)
     }
 
     fn render_as(
@@ -237,9 +209,10 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
         kwargs: &TemplateKwargs,
-        arguments: CallArguments,
+        forms: probes::Forms,
     ) -> Result<String, TemplateError> {
-        let messages: Vec<serde_json::Value> = messages.iter().map(|m| m.to_template_value(arguments)).collect();
+        let messages: Vec<serde_json::Value> =
+            messages.iter().map(|m| m.to_template_value(forms.arguments, forms.content)).collect();
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Compile(e.to_string()))?;
         let mut output = BoundedOutput { text: Vec::new(), limit: self.limits.output_bytes, overflowed: false };
         let conversation = minijinja::context! {
@@ -339,7 +312,7 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::Role;
+    use crate::chat::{Role, ToolCall};
 
     fn gemma() -> ChatTemplate {
         ChatTemplate::new(GEMMA_TEMPLATE, "<bos>", "<eos>").expect("gemma template compiles")

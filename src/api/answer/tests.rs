@@ -4,7 +4,7 @@
 use super::*;
 use crate::api::convert::OutputPlan;
 use crate::api::tests::{call_text, calls_plan, text_plan, timer_tool};
-use crate::chat::tools::{ArgumentsError, ReplyError, ToolDefinition, ToolSet};
+use crate::chat::tools::{ArgumentsError, ReplyError, ToolDefinition, ToolFormat, ToolSet};
 
 /// Indexes of the calls that `deltas` start (their first delta carries the name).
 fn started_calls(deltas: &[Delta]) -> Vec<usize> {
@@ -183,4 +183,41 @@ fn whitespace_beside_a_call_is_never_content() {
         assert!(content(&ending.deltas).is_empty(), "{text:?}");
         assert_eq!((ending.finish_reason, ending.content), ("tool_calls", None), "{text:?}");
     }
+}
+
+#[test]
+fn whitespace_after_reasoning_beside_a_call_is_never_content() {
+    let reasoning = crate::chat::ReasoningFormat::detect("<think>\n{{ x }}</think>");
+    assert!(reasoning.is_some(), "a reasoning format");
+    let plan = OutputPlan { reasoning, ..calls_plan() };
+    let mut shaper = AnswerShaper::new(plan, true);
+    let shaped = shaper.text(format!("Plan.\n</think>\n\n{}\n", call_text("set_timer", "{\"minutes\": 2}")));
+    assert_eq!(content(&shaped.deltas), "");
+    let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+    assert!(content(&ending.deltas).is_empty());
+    assert_eq!(
+        (ending.finish_reason, ending.content, ending.reasoning.as_deref()),
+        ("tool_calls", None, Some("Plan."))
+    );
+}
+
+#[test]
+fn a_reply_that_starts_inside_the_opener_loses_its_text_recipient() {
+    let format = ToolFormat::functionary_v3_2();
+    let with_tools = OutputPlan { format: format.clone(), ..calls_plan() };
+    let without = OutputPlan { format, ..text_plan(None) };
+    for plan in [with_tools, without] {
+        let mut shaper = AnswerShaper::new(plan, false);
+        let mut streamed = content(&shaper.text("al".into()).deltas);
+        streamed.push_str(&content(&shaper.text("l\nHel".into()).deltas));
+        streamed.push_str(&content(&shaper.text("lo".into()).deltas));
+        let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+        streamed.push_str(&content(&ending.deltas));
+        assert_eq!((streamed.as_str(), ending.content.as_deref()), ("Hello", Some("Hello")));
+    }
+    // With tools, the reply may be a call.
+    let mut shaper = AnswerShaper::new(OutputPlan { format: ToolFormat::functionary_v3_2(), ..calls_plan() }, false);
+    let _ = shaper.text("set_timer\n{\"minutes\": 2}".into());
+    let ending = shaper.finish(FinishReason::Stop).expect("an answer");
+    assert_eq!((ending.finish_reason, ending.content, ending.calls.len()), ("tool_calls", None, 1));
 }

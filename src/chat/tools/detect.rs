@@ -52,23 +52,34 @@ fn probe_call(index: usize) -> ToolCall {
     }
 }
 
-/// The call syntax `render` writes and whether it writes several calls in a reply (GigaChat's
-/// template writes the first only); `None` when it writes no calls or none this reading
+/// A call syntax read off a template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Syntax {
+    pub layout: Layout,
+    pub body: Body,
+    /// Whether the template writes several calls in a reply (GigaChat's writes the first only).
+    pub parallel: bool,
+    /// Where the generation prompt ends with the call opener (functionary v3.2's `>>>`): the
+    /// text that follows the opener for a plain reply (`all\n`).
+    pub text_recipient: Option<String>,
+}
+
+/// The call syntax `render` writes; `None` when it writes no calls or none this reading
 /// understands (the caller then uses the generic format). `reasoning` is the template's
 /// reasoning format: what it writes before an answer (an empty reasoning block) is no marker.
-pub(crate) fn read_syntax(render: &Render<'_>, reasoning: Option<ReasoningFormat>) -> Option<(Layout, Body, bool)> {
+pub(crate) fn read_syntax(render: &Render<'_>, reasoning: Option<ReasoningFormat>) -> Option<Syntax> {
     let tools = probe_tools();
     let probes = Probes::render(render, &tools)?;
-    let (layout, body, parallel) = probes.describe(reasoning)?;
+    let syntax = probes.describe(reasoning)?;
     // The description must read the template's own text back as the call it wrote.
-    let format = ToolFormat::described(layout.clone(), body.clone());
+    let format = ToolFormat::from_syntax(syntax.clone());
     let tool_set = ToolSet::new(tools.clone()).ok()?;
     let mut parser = ToolCallParser::new(format).with_tools(&tool_set);
     let _ = parser.push(&probes.one);
     let (_, calls) = parser.finish();
     let expected: Value = serde_json::from_str(&probe_call(0).arguments).ok()?;
     let read = calls.first().filter(|call| call.complete && call.name == FUNCTION_ONE)?;
-    (serde_json::from_str::<Value>(&read.arguments).ok()? == expected).then_some((layout, body, parallel))
+    (serde_json::from_str::<Value>(&read.arguments).ok()? == expected).then_some(syntax)
 }
 
 /// The probe conversation rendered in its variants.
@@ -79,6 +90,8 @@ struct Probes {
     two: Option<String>,
     /// A plain reply's turn: what the template writes before and after an answer.
     plain: String,
+    /// The rendering before the assistant's turn (the generation prompt's end).
+    lead: String,
 }
 
 impl Probes {
@@ -116,12 +129,17 @@ impl Probes {
             let after_user = one.find("FWUSER").map_or(0, |at| at + "FWUSER".len());
             let start = start.max(after_user);
             let cut = |text: &str| text.get(start..).unwrap_or_default().to_string();
-            return Some(Self { one: cut(&one), two: turn(2).map(|two| cut(&two)), plain: cut(&plain) });
+            return Some(Self {
+                one: cut(&one),
+                two: turn(2).map(|two| cut(&two)),
+                plain: cut(&plain),
+                lead: one[..start].to_string(),
+            });
         }
         None
     }
 
-    fn describe(&self, reasoning: Option<ReasoningFormat>) -> Option<(Layout, Body, bool)> {
+    fn describe(&self, reasoning: Option<ReasoningFormat>) -> Option<Syntax> {
         let first = CallSpan::find(&self.one, FUNCTION_ONE, 0, None)?;
         let second = self.two.as_ref().and_then(|two| {
             let first_again = CallSpan::find(two, FUNCTION_ONE, 0, None)?;
@@ -185,17 +203,28 @@ impl Probes {
             Body::Params(params) => Body::Params(Params { name_close: id(params.name_close), ..params }),
             other => other,
         };
-        let markers = Markers {
+        let mut markers = Markers {
             open: id(open),
             call_open: id(call_open),
             call_close: id(call_close),
             separator: id(separator),
             close: id(close),
         };
+        let mut text_recipient = None;
         if markers.opener().is_empty() {
-            return None;
+            // Nothing before the first call, something before the next: the generation prompt
+            // ends with the opener (functionary v3.2's `>>>`), and a plain reply is marked by
+            // what follows it there (`all\n`).
+            let opener = markers.separator.trim_start().to_string();
+            let prefilled = !opener.trim().is_empty() && self.lead.trim_end().ends_with(opener.trim_end());
+            if !prefilled || plain_before.trim().is_empty() {
+                return None;
+            }
+            markers.separator.truncate(markers.separator.len() - opener.len());
+            markers.call_open = opener;
+            text_recipient = Some(plain_before.to_string());
         }
-        Some((Layout::Markers(markers), body, second.is_some()))
+        Some(Syntax { layout: Layout::Markers(markers), body, parallel: second.is_some(), text_recipient })
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::detect::read_syntax;
+use super::detect::{read_syntax, Syntax};
 use super::syntax::{literal_pieces, Body, Layout, Markers, Params};
 use super::{write, ToolDefinition};
 use crate::chat::{ChatMessage, ChatTemplate, ReasoningFormat, TemplateKwargs, ToolCall};
@@ -29,6 +29,9 @@ struct Description {
     tools_in_user_turn: bool,
     /// The template writes one call per reply (GigaChat's drops the others).
     single_call: bool,
+    /// The generation prompt ends with the call opener (functionary v3.2's `>>>`): a reply
+    /// starts inside it, and this text there (`all\n`) opens plain text instead of a call.
+    text_recipient: Option<String>,
 }
 
 /// The kinds of call syntax, for logs, `/v1/models` and the docs.
@@ -93,6 +96,7 @@ impl ToolFormat {
             calls_in_text: false,
             tools_in_user_turn: false,
             single_call: false,
+            text_recipient: None,
         }))
     }
 
@@ -106,6 +110,23 @@ impl ToolFormat {
             Body::Pythonic => Family::Pythonic,
         };
         Self::new(family, layout, body)
+    }
+
+    /// The format of a syntax read off a template, with what it tells beside the syntax.
+    pub(crate) fn from_syntax(syntax: Syntax) -> Self {
+        let format = Self::described(syntax.layout, syntax.body);
+        Self(Arc::new(Description {
+            single_call: !syntax.parallel,
+            text_recipient: syntax.text_recipient,
+            ..(*format.0).clone()
+        }))
+    }
+
+    /// The text that, where a reply starts inside the call opener (the generation prompt ends
+    /// with it), opens plain text instead of a call: functionary v3.2's `all\n` after `>>>`.
+    #[must_use]
+    pub fn text_recipient(&self) -> Option<&str> {
+        self.0.text_recipient.as_deref()
     }
 
     /// gpt-oss's Harmony calls, as the model writes them (its template writes the recipient
@@ -273,6 +294,16 @@ impl ToolFormat {
         Self::new(Family::NamedJson, Layout::Markers(markers), Body::NamedJson { name_close: "<｜tool▁sep｜>".into() })
     }
 
+    /// Functionary v3.2's `>>>NAME\n{…}`: its generation prompt ends with `>>>`, so a reply
+    /// starts with `all\n` (text) or a call, and later calls follow another `>>>`.
+    #[must_use]
+    pub fn functionary_v3_2() -> Self {
+        let markers = Markers { call_open: ">>>".into(), ..Markers::default() };
+        let format =
+            Self::new(Family::NamedJson, Layout::Markers(markers), Body::NamedJson { name_close: "\n".into() });
+        Self(Arc::new(Description { text_recipient: Some("all\n".into()), ..(*format.0).clone() }))
+    }
+
     /// One format of each kind (for tests and tools that go through them all).
     #[must_use]
     pub fn examples() -> Vec<Self> {
@@ -330,14 +361,7 @@ impl ToolFormat {
                     .or_else(|_| template.render(messages, Some(&definitions), generation, &own_variables))
                     .ok()
             };
-            match read_syntax(&render, reasoning) {
-                Some((layout, body, true)) => Self::described(layout, body),
-                Some((layout, body, false)) => {
-                    let format = Self::described(layout, body);
-                    Self(Arc::new(Description { single_call: true, ..(*format.0).clone() }))
-                }
-                None => Self::generic(),
-            }
+            read_syntax(&render, reasoning).map_or_else(Self::generic, Self::from_syntax)
         });
         let format = if source.contains("length 9") { format.with_short_ids() } else { format };
         let no_tools = TemplateKwargs::new();
@@ -482,33 +506,22 @@ impl ToolFormat {
     }
 
     /// `calls` as this format writes them (the form the grammar produces), so calls sent back
-    /// in the history render to the text the model generated.
+    /// in the history render to the text the model generated. In a format whose reply starts
+    /// inside the opener, the first call's opener is the prompt's, not the reply's.
     #[must_use]
     pub fn write_calls(&self, calls: &[ToolCall], tools: &[ToolDefinition]) -> String {
         match self.layout() {
+            // Where the prompt writes the first call's opener, the model does not.
+            Layout::Markers(markers) if self.text_recipient().is_some() => {
+                let text = write::section(markers, self.body(), calls, tools);
+                text.strip_prefix(markers.call_open.as_str()).map(str::to_string).unwrap_or(text)
+            }
             Layout::Markers(markers) => write::section(markers, self.body(), calls, tools),
             Layout::BareJson => {
                 calls.iter().map(|call| write::call_text(self.body(), call, 0, tools)).collect::<Vec<_>>().join("\n")
             }
         }
     }
-}
-
-/// The system-message text that teaches a model without native tool support the generic format.
-pub(crate) fn generic_tool_prompt(tools: &[ToolDefinition]) -> String {
-    let mut text = String::from(
-        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
-         You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
-    );
-    for tool in tools {
-        text.push('\n');
-        text.push_str(&crate::chat::python_json(&tool.to_openai_json()));
-    }
-    text.push_str(
-        "\n</tools>\n\nFor each function call, return a json object with function name and arguments within \
-         <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
-    );
-    text
 }
 
 #[cfg(test)]
@@ -535,34 +548,47 @@ mod tests {
         assert_eq!(detect(source), ToolFormat::hermes());
     }
 
+    /// Functionary v3.2's assistant turns and generation prompt.
+    const FUNCTIONARY_V3_2: &str = "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n\
+        {% if m.role != 'assistant' %}{{ m.content }}{% else %}{% if m.content %}{{ '>>>all\\n' + m.content }}{% endif %}\
+        {% for c in m.tool_calls or [] %}{{ '>>>' + c.function.name + '\\n' + c.function.arguments }}{% endfor %}{% endif %}\
+        <|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n>>>{% endif %}";
+
+    #[test]
+    fn a_generation_prompt_that_ends_with_the_opener_is_read_off_the_template() {
+        let format = detect(FUNCTIONARY_V3_2);
+        assert_eq!(format, ToolFormat::functionary_v3_2());
+        assert_eq!((format.openers(), format.text_recipient()), (vec![">>>".to_string()], Some("all\n")));
+        assert!(format.parallel_calls());
+        // The reply holds the calls without the first opener: the prompt wrote it.
+        let calls = [
+            ToolCall { id: "a".into(), name: "get_weather".into(), arguments: r#"{"city": "Paris"}"#.into() },
+            ToolCall { id: "b".into(), name: "set_timer".into(), arguments: r#"{"minutes": 10}"#.into() },
+        ];
+        assert_eq!(
+            format.write_calls(&calls, &[]),
+            "get_weather\n{\"city\": \"Paris\"}>>>set_timer\n{\"minutes\": 10}"
+        );
+    }
+
+    #[test]
+    fn a_template_that_writes_calls_only_without_content_is_read_with_none() {
+        // DeepSeek-R1-Distill-Llama's: calls only where `content is none`, no close after one call.
+        let source = "{% for m in messages %}{% if m.role == 'user' %}<｜User｜>{{ m.content }}{% endif %}\
+            {% if m.role == 'assistant' and m.content is none %}{% for c in m.tool_calls %}\
+            {{ '<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + c.type + '<｜tool▁sep｜>' + c.function.name + '\\n```json\\n' + c.function.arguments + '\\n```<｜tool▁call▁end｜>' }}\
+            {% endfor %}{% elif m.role == 'assistant' %}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>{% endif %}{% endfor %}\
+            {% if add_generation_prompt %}<｜Assistant｜>{% endif %}";
+        let format = detect(source);
+        assert_eq!(format.family(), Family::NamedJson);
+        assert_eq!(format.openers(), ["<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"]);
+    }
+
     #[test]
     fn mistral_ids_fit_its_template() {
         let id = ToolFormat::mistral().new_call_id();
         assert_eq!(id.len(), 9);
         assert!(id.chars().all(|c| c.is_ascii_alphanumeric()));
         assert!(ToolFormat::hermes().new_call_id().starts_with("call_"));
-    }
-
-    #[test]
-    fn generic_prompt_lists_tools_and_the_call_form() {
-        let tool = ToolDefinition {
-            name: "get_weather".into(),
-            description: None,
-            parameters: serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-        };
-        let prompt = generic_tool_prompt(&[tool]);
-        assert!(
-            prompt.contains(
-                r#"{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object""#
-            ),
-            "{prompt}"
-        );
-        assert!(prompt
-            .ends_with("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"));
-        let call = ToolCall { id: "c".into(), name: "get_weather".into(), arguments: r#"{"city": "Paris"}"#.into() };
-        assert_eq!(
-            ToolFormat::generic().write_calls(&[call], &[]),
-            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
-        );
     }
 }

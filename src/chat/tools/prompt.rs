@@ -1,6 +1,5 @@
 //! Writing tools and earlier calls into the conversation for templates that cannot.
 
-use super::format::generic_tool_prompt;
 use super::{ToolDefinition, ToolFormat};
 use crate::chat::{ChatMessage, Role};
 
@@ -98,6 +97,23 @@ fn with_calls_in_text(format: &ToolFormat, message: &ChatMessage, tools: &[ToolD
     ChatMessage { content: format!("{}{calls}", message.content), tool_calls: Vec::new(), ..message.clone() }
 }
 
+/// The system-message text that teaches a model without native tool support the generic format.
+pub(crate) fn generic_tool_prompt(tools: &[ToolDefinition]) -> String {
+    let mut text = String::from(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+         You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    );
+    for tool in tools {
+        text.push('\n');
+        text.push_str(&crate::chat::python_json(&tool.to_openai_json()));
+    }
+    text.push_str(
+        "\n</tools>\n\nFor each function call, return a json object with function name and arguments within \
+         <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
+    );
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +204,28 @@ mod tests {
     fn native_formats_leave_messages_to_the_template() {
         let messages = vec![ChatMessage::user("Hi")];
         assert_eq!(prepare_messages(&ToolFormat::hermes(), &messages, &[tool()]), messages);
+    }
+
+    #[test]
+    fn generic_prompt_lists_tools_and_the_call_form() {
+        let tool = ToolDefinition {
+            name: "get_weather".into(),
+            description: None,
+            parameters: serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        };
+        let prompt = generic_tool_prompt(&[tool]);
+        assert!(
+            prompt.contains(
+                r#"{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object""#
+            ),
+            "{prompt}"
+        );
+        assert!(prompt
+            .ends_with("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"));
+        let call = ToolCall { id: "c".into(), name: "get_weather".into(), arguments: r#"{"city": "Paris"}"#.into() };
+        assert_eq!(
+            ToolFormat::generic().write_calls(&[call], &[]),
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+        );
     }
 }

@@ -26,6 +26,10 @@ const WS_RULE: &str = "fw-ws ::= [ \\t\\n]{0,4}\n";
 /// - `none`: no call grammar.
 /// - `parallel = false`, or a named function: exactly one call (OpenAI's named `tool_choice`
 ///   means one call of that function, whatever `parallel_tool_calls` says).
+///
+/// Where the reply starts inside the call opener (functionary v3.2's prompt ends with `>>>`),
+/// nothing is lazy: in `auto` the reply is calls, or the text recipient (`all\n`) then text and
+/// optionally calls after an opener; without calls, the recipient then text (or the JSON).
 #[must_use]
 pub fn request_grammar(
     format: &ToolFormat,
@@ -40,6 +44,10 @@ pub fn request_grammar(
         ToolChoice::Function(name) => tools.checked().iter().filter(|t| &t.spec.name == name).collect(),
         ToolChoice::Auto | ToolChoice::Required => tools.checked().iter().collect(),
     };
+    if let Some(recipient) = format.text_recipient() {
+        let calls = (!allowed.is_empty()).then(|| calls_grammar(format, &allowed, parallel, false));
+        return prefilled_grammar(format, recipient, calls, choice, !tools.is_empty(), output);
+    }
     let lazy = *choice == ToolChoice::Auto && output.is_none();
     let calls = (!allowed.is_empty()).then(|| calls_grammar(format, &allowed, parallel, lazy));
     let eager = |gbnf: String, root: &str| Grammar {
@@ -64,6 +72,40 @@ pub fn request_grammar(
         }
         (Some(calls), _) => Some(eager(format!("fw-root ::= fw-calls\n{calls}"), "fw-root")),
     }
+}
+
+/// The grammar of a format whose reply starts inside the call opener, text marked by
+/// `recipient` (see [`request_grammar`]); `calls` are the call rules when calls are allowed.
+fn prefilled_grammar(
+    format: &ToolFormat,
+    recipient: &str,
+    calls: Option<String>,
+    choice: &ToolChoice,
+    has_tools: bool,
+    output: Option<&OutputSchema>,
+) -> Option<Grammar> {
+    let opener = format.openers().concat();
+    let text = match output {
+        Some(output) => Some((OutputSchema::ROOT.to_string(), output.grammar.clone())),
+        None if has_tools => Some(("fw-t-0".to_string(), text_without(&opener, "fw-t"))),
+        None => None,
+    };
+    let (root, rules) = match (calls, text) {
+        (None, None) => return None,
+        (Some(calls), Some((text_root, text_rules))) if *choice == ToolChoice::Auto => {
+            // Text may go on to calls, each after an opener (a JSON reply may not).
+            let more = if output.is_none() { format!(" ( {} fw-calls )?", literal(&opener)) } else { String::new() };
+            (format!("fw-calls | {} {text_root}{more}", literal(recipient)), format!("{calls}{text_rules}"))
+        }
+        (Some(calls), _) => ("fw-calls".to_string(), calls),
+        (None, Some((text_root, text_rules))) => (format!("{} {text_root}", literal(recipient)), text_rules),
+    };
+    Some(Grammar {
+        gbnf: format!("fw-root ::= {root}\n{rules}"),
+        root: "fw-root".into(),
+        triggers: Vec::new(),
+        anchored_triggers: Vec::new(),
+    })
 }
 
 /// `grammar` with the reasoning of a thinking model allowed in front of what it constrains:
@@ -132,7 +174,10 @@ fn calls_grammar(format: &ToolFormat, tools: &[&CheckedTool], parallel: bool, la
             let head = head.trim_start();
             let opener = markers.opener();
             let rest = &head[opener.len()..];
-            let head_rule = if lazy && rest.starts_with(char::is_whitespace) {
+            let head_rule = if format.text_recipient().is_some() {
+                // The prompt wrote the first call's opener.
+                String::new()
+            } else if lazy && rest.starts_with(char::is_whitespace) {
                 sequence(&[literal(&opener), "fw-ws".into(), bodies::marker(rest.trim_start())])
             } else {
                 sequence(&[literal(&opener), bodies::marker(rest)])

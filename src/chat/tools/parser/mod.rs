@@ -68,6 +68,9 @@ enum Then {
     AfterCall,
     /// Text again: the section is closed.
     Content,
+    /// A call, or plain text after the format's text recipient (functionary v3.2's `all\n`
+    /// after `>>>`).
+    Recipient,
 }
 
 #[derive(Debug)]
@@ -77,6 +80,8 @@ enum State {
     Marker(String, Then),
     Call(CallScanner),
     AfterCall,
+    /// After an opener of a format whose openers also open text: the text recipient, or a call.
+    Recipient,
 }
 
 /// What the parser knows of the tools: each tool's argument names, and those whose values
@@ -113,26 +118,41 @@ pub struct ToolCallParser {
     anchored: Vec<String>,
     /// Whether the call being scanned is a bare JSON call (not in the format's markers).
     bare_call: bool,
+    /// Whether calls are read (a reply without tools in a format whose reply starts inside an
+    /// opener is read for its text recipient only).
+    calls_allowed: bool,
     keys: Arc<ToolKeys>,
 }
 
 impl ToolCallParser {
     /// A parser for one reply in `format`. Only Llama 3's `{"name"` opens a bare JSON call
-    /// (see [`Self::with_json_object_calls`]), and only where it opens the reply.
+    /// (see [`Self::with_json_object_calls`]), and only where it opens the reply. In a format
+    /// whose generation prompt ends with the call opener (functionary v3.2's `>>>`), the reply
+    /// starts after it: with the text recipient (`all\n`, left out of the content) or a call.
     #[must_use]
     pub fn new(format: ToolFormat) -> Self {
+        let prefilled = format.text_recipient().is_some();
         Self {
             markers: format.parser_markers(),
             anchored: format.anchored_openers(),
             format,
-            state: State::Content,
+            state: if prefilled { State::Recipient } else { State::Content },
             buffer: String::new(),
             calls: Vec::new(),
             after_call: false,
-            opening: true,
+            opening: !prefilled,
             bare_call: false,
+            calls_allowed: true,
             keys: Arc::default(),
         }
+    }
+
+    /// The same parser reading no calls: all is content but the text recipient that opens the
+    /// reply (a reply without tools in a format whose reply starts inside an opener).
+    #[must_use]
+    pub fn without_calls(mut self) -> Self {
+        self.calls_allowed = false;
+        self
     }
 
     /// Tells the parser the arguments of `tools`: a Gemma call's key then ends at the longest
@@ -185,7 +205,13 @@ impl ToolCallParser {
         let mut out = Vec::new();
         let rest = std::mem::take(&mut self.buffer);
         let unfinished_opener = self.format.openers().iter().any(|o| o.starts_with(rest.trim_start()));
-        if matches!(self.state, State::Content) && !(self.after_call && unfinished_opener) {
+        let content = match self.state {
+            State::Content => !(self.after_call && unfinished_opener),
+            // A reply read for its text only that ends in a beginning of the text recipient.
+            State::Recipient => !self.calls_allowed,
+            _ => false,
+        };
+        if content {
             self.emit_content(&rest, &mut out);
         }
         (out, self.calls)
@@ -219,6 +245,7 @@ impl ToolCallParser {
                 }
             }
             State::AfterCall => self.step_after_call(),
+            State::Recipient => self.step_recipient(),
             State::Call(scanner) => {
                 let mut events = Vec::new();
                 let consumed = scanner.feed(&self.buffer, &mut events);
@@ -261,7 +288,34 @@ impl ToolCallParser {
                 self.after_call = true;
                 State::Content
             }
+            Then::Recipient => State::Recipient,
         };
+    }
+
+    /// What follows an opener: a call, unless the format opens text the same way.
+    fn call_then(&self) -> Then {
+        if self.format.text_recipient().is_some() {
+            Then::Recipient
+        } else {
+            Then::Call
+        }
+    }
+
+    /// After an opener that may open text: the text recipient (exactly, so that a function
+    /// named `allow` is no text) makes what follows content; anything else is a call.
+    fn step_recipient(&mut self) -> bool {
+        let recipient = self.format.text_recipient().unwrap_or_default();
+        if self.buffer.starts_with(recipient) {
+            self.buffer.drain(..recipient.len());
+            self.state = State::Content;
+        } else if recipient.starts_with(self.buffer.as_str()) {
+            return false;
+        } else if self.calls_allowed {
+            self.enter(Then::Call);
+        } else {
+            self.state = State::Content;
+        }
+        true
     }
 
     fn scanner(&self) -> CallScanner {
@@ -292,7 +346,7 @@ impl ToolCallParser {
                 return true;
             }
         }
-        let openers = self.format.openers();
+        let openers = if self.calls_allowed { self.format.openers() } else { Vec::new() };
         let found = openers
             .iter()
             .filter_map(|o| self.buffer.find(o.as_str()).map(|at| (at, o.len())))
@@ -305,7 +359,7 @@ impl ToolCallParser {
                 self.buffer.drain(..opener_len);
                 let head = format!("{}{}", self.markers.open, self.markers.call_open);
                 let rest = head.trim_start().get(opener_len..).unwrap_or_default().to_string();
-                self.state = State::Marker(rest, Then::Call);
+                self.state = State::Marker(rest, self.call_then());
                 true
             }
             None => {
@@ -327,12 +381,13 @@ impl ToolCallParser {
         if self.buffer.is_empty() {
             return false;
         }
+        let next_call = State::Marker(String::new(), self.call_then());
         let Markers { separator, call_open, close, .. } = &self.markers;
         let mut choices: Vec<(String, State)> = Vec::new();
         if !separator.trim().is_empty() {
-            choices.push((format!("{separator}{call_open}"), State::Marker(String::new(), Then::Call)));
+            choices.push((format!("{separator}{call_open}"), next_call));
         } else if !call_open.trim().is_empty() {
-            choices.push((call_open.clone(), State::Marker(String::new(), Then::Call)));
+            choices.push((call_open.clone(), next_call));
         } else if self.format.body_start().is_some_and(|c| self.buffer.starts_with(c)) {
             self.state = State::Marker(String::new(), Then::Call);
             return true;

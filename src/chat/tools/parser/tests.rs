@@ -274,3 +274,53 @@ fn lfm2_pythonic_calls_become_json() {
         ]
     );
 }
+
+#[test]
+fn functionary_v3_2_replies_start_inside_the_opener() {
+    let format = ToolFormat::functionary_v3_2();
+    // Text: the recipient `all` is no content.
+    let (content, calls) = parse_every_split(format.clone(), "all\nIt is sunny in Paris.");
+    assert_eq!((content.as_str(), calls.len()), ("It is sunny in Paris.", 0));
+    // One call, then two.
+    let one = "get_weather\n{\"city\": \"Paris\"}";
+    assert_eq!(
+        parse_every_split(format.clone(), one),
+        (String::new(), vec![call("get_weather", "{\"city\": \"Paris\"}")])
+    );
+    let two = "get_weather\n{\"city\": \"Paris\"}>>>set_timer\n{\"minutes\": 10}";
+    let (content, calls) = parse_every_split(format.clone(), two);
+    assert_eq!(content, "");
+    assert_eq!(calls, vec![call("get_weather", "{\"city\": \"Paris\"}"), call("set_timer", "{\"minutes\": 10}")]);
+    // Text, then a call after another opener.
+    let (content, calls) = parse_every_split(format.clone(), "all\nLet me check.>>>get_weather\n{\"city\": \"Paris\"}");
+    assert_eq!((content.as_str(), calls), ("Let me check.", vec![call("get_weather", "{\"city\": \"Paris\"}")]));
+    // A function whose name begins like the recipient is a call.
+    let (content, calls) = parse_every_split(format, "allow_access\n{\"user\": \"a\"}");
+    assert_eq!((content.as_str(), calls), ("", vec![call("allow_access", "{\"user\": \"a\"}")]));
+}
+
+#[test]
+fn functionary_v3_2_calls_cut_by_the_token_limit_are_incomplete() {
+    let format = ToolFormat::functionary_v3_2();
+    for cut in [
+        "get_weather\n{\"city\": \"Par",
+        "get_weather\n",
+        "get_wea",
+        "get_weather\n{\"city\": \"Paris\"}>>>set_timer\n{",
+    ] {
+        let (content, calls) = parse_in_pieces(format.clone(), &[cut]);
+        assert_eq!(content, "", "{cut:?}: no content");
+        assert!(calls.last().is_none_or(|c| !c.complete), "{cut:?}: {calls:?}");
+    }
+    // A reply cut inside the recipient is neither text nor a call.
+    assert_eq!(parse_in_pieces(format, &["al"]), (String::new(), Vec::new()));
+}
+
+#[test]
+fn functionary_v3_2_without_calls_leaves_out_only_the_recipient() {
+    let format = ToolFormat::functionary_v3_2();
+    let text_only = || ToolCallParser::new(format.clone()).without_calls();
+    assert_eq!(parse_every_split_with(&text_only, "all\nHello >>> there"), ("Hello >>> there".into(), Vec::new()));
+    assert_eq!(parse_every_split_with(&text_only, "get_weather\n{}"), ("get_weather\n{}".into(), Vec::new()));
+    assert_eq!(parse_every_split_with(&text_only, "al"), ("al".into(), Vec::new()));
+}
