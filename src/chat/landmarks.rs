@@ -151,7 +151,7 @@ mod tests {
         let landmarks = Landmarks::locate(&text, &messages);
         assert_eq!(landmarks.last_word_start, Some(at(&text, "\u{a0}Paris")));
         assert_eq!(
-            &text[landmarks.history_end.unwrap()..landmarks.last_word_start.unwrap()],
+            &text[landmarks.history_end.expect("history")..landmarks.last_word_start.expect("last word")],
             "What is the  weather in"
         );
         // After an assistant message there is no transcript to continue.

@@ -195,8 +195,10 @@ mod properties {
     ) -> Result<(), TestCaseError> {
         let held: &[LlamaToken] = match plan.source {
             Source::Live => live.tokens,
-            Source::Ram(index) => stores.ram.as_ref().unwrap().iter().find(|e| e.index == index).unwrap().tokens,
-            Source::Disk(index) => stores.disk.iter().find(|e| e.index == index).unwrap().tokens,
+            Source::Ram(index) => {
+                stores.ram.as_ref().expect("store on").iter().find(|e| e.index == index).expect("held").tokens
+            }
+            Source::Disk(index) => stores.disk.iter().find(|e| e.index == index).expect("held").tokens,
         };
         // A state is never used beyond the prefix it shares, and the last token is evaluated.
         prop_assert!(plan.keep <= common_prefix_len(held, prompt));
