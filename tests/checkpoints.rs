@@ -8,23 +8,14 @@ mod common;
 
 use std::path::Path;
 
-use common::{chat, gemma3_path, greedy, long_system_prompt, model_path, settled_cache, test_config, Generated};
+use common::{
+    chat, fresh_split, gemma3_path, greedy, long_system_prompt, model_path, settled_cache, test_config, Generated,
+};
 use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, Prompt};
 
 /// Settings that save prompts of 32 tokens or more.
 fn config(model: &Path) -> EngineConfig {
     EngineConfig { cache_min_tokens: 32, ..test_config(model.to_path_buf()) }
-}
-
-/// A fresh engine with the store off evaluates `prompt` as the checkpointed turn did: its first
-/// `cached` tokens alone, then the rest; returns the greedy reply.
-fn fresh_split(config: &EngineConfig, prompt: &Prompt, cached: u32, max_tokens: u32) -> Generated {
-    let fresh = Engine::start(EngineConfig { cache_ram_mib: 0, ..config.clone() }).expect("model loads");
-    let tokens = fresh.tokenize_blocking(prompt).expect("tokenize");
-    greedy(&fresh, Prompt::Tokens(tokens[..cached as usize].to_vec()), 0);
-    let answer = greedy(&fresh, Prompt::Tokens(tokens), max_tokens);
-    assert_eq!(answer.usage.cached_tokens, cached, "the same split on both sides");
-    answer
 }
 
 /// Turn 1, then turn 2 with turn 1's reply rewritten by the client (as a template that drops

@@ -97,6 +97,10 @@ pub struct EngineConfig {
     /// only those words. Off for recurrent models, whose cache could not cut it when the next
     /// request is of another shape.
     pub anticipate_next_turn: bool,
+    /// How long the engine waits with nothing to do after a reply before it copies the
+    /// conversation for the disk cache: the user is reading or listening, and a tool result or
+    /// the next partial transcript, which come sooner, never wait for the copy.
+    pub persist_after_idle: std::time::Duration,
 }
 
 impl EngineConfig {
@@ -121,6 +125,8 @@ impl EngineConfig {
     /// Default tokens between checkpoints of a long prefill: a 4–8K system prompt gets one
     /// inside it, so an edit after its first 4K tokens still keeps those.
     pub const DEFAULT_CHECKPOINT_EVERY: u32 = 4096;
+    /// Default idle time after a reply before the conversation is copied for the disk cache.
+    pub const DEFAULT_PERSIST_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
     /// Defaults for a model path: sizes like llama-server's, threads = physical cores.
     #[must_use]
@@ -151,6 +157,7 @@ impl EngineConfig {
             cache_disk_mib: Self::DEFAULT_CACHE_DISK_MIB,
             warm: Vec::new(),
             anticipate_next_turn: true,
+            persist_after_idle: Self::DEFAULT_PERSIST_AFTER_IDLE,
         }
     }
 

@@ -282,6 +282,18 @@ pub(crate) fn greedy(engine: &Engine, prompt: Prompt, max_tokens: u32) -> Genera
     generate(engine, request)
 }
 
+/// A fresh engine with the store off evaluates `prompt` as a cached request did: its first
+/// `cached` tokens alone, then the rest; returns the greedy reply (the proof that a reused
+/// prefix did not change the output).
+pub(crate) fn fresh_split(config: &EngineConfig, prompt: &Prompt, cached: u32, max_tokens: u32) -> Generated {
+    let fresh = Engine::start(EngineConfig { cache_ram_mib: 0, ..config.clone() }).expect("model loads");
+    let tokens = fresh.tokenize_blocking(prompt).expect("tokenize");
+    greedy(&fresh, Prompt::Tokens(tokens[..cached as usize].to_vec()), 0);
+    let answer = greedy(&fresh, Prompt::Tokens(tokens), max_tokens);
+    assert_eq!(answer.usage.cached_tokens, cached, "the same split on both sides");
+    answer
+}
+
 /// A chat prompt of `messages`, without tools.
 pub(crate) fn chat(messages: &[firstword::ChatMessage]) -> Prompt {
     Prompt::chat(messages.to_vec(), Vec::new())

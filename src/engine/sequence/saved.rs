@@ -156,6 +156,8 @@ impl<'m> LiveSequence<'m> {
             tracing::debug!(mib = size >> 20, "the live sequence is larger than the disk budget; not written");
             return;
         }
+        // The tests count the copies here.
+        fail::fail_point!("engine::persist");
         let started = Instant::now();
         let Some(state) = self.decoder.save() else { return };
         tracing::debug!(

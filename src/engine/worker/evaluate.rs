@@ -21,11 +21,6 @@ use crate::engine::{CacheReport, Event, Prompt};
 /// second of a small model on a 2-core CPU, a few milliseconds on a GPU.
 const PREFILL_CHUNK: usize = 128;
 
-/// How long the engine waits with nothing to do before it copies the conversation for the disk
-/// cache: the user is reading or listening, and a tool result or the next partial transcript,
-/// which come sooner, never wait for the copy.
-pub(super) const PERSIST_AFTER_IDLE: Duration = Duration::from_millis(1000);
-
 /// A prompt evaluated into the cache.
 pub(super) struct Evaluated {
     /// Prompt tokens the cache held before (the rest was evaluated, or is to be).
@@ -163,7 +158,8 @@ impl Session<'_> {
 
     /// Readies the cache once the client has its answer: the prompt's checkpoint, the next turn
     /// anticipated after a reply, the drafter caught up, the status published. The copy for the
-    /// disk cache waits until the engine has been idle a moment ([`PERSIST_AFTER_IDLE`]).
+    /// disk cache waits until the engine has been idle a moment
+    /// ([`crate::EngineConfig::persist_after_idle`]).
     pub(super) fn upkeep(&mut self, next_turn: Option<NextTurn<'_>>) {
         self.sequence.save_pending_checkpoint();
         if let Some(next) = next_turn {
@@ -177,9 +173,9 @@ impl Session<'_> {
     }
 
     /// With nothing to do for `idle`: copies the conversation for the disk cache once the
-    /// engine has been idle [`PERSIST_AFTER_IDLE`] after a reply.
+    /// engine has been idle long enough after a reply.
     pub(super) fn on_idle(&mut self, idle: Duration) {
-        if self.persist_due && idle >= PERSIST_AFTER_IDLE {
+        if self.persist_due && idle >= self.persist_after_idle {
             self.persist_now();
         }
     }

@@ -150,6 +150,8 @@ struct Session<'m> {
     last_drop: LastDrop,
     /// A reply changed the conversation since it was last copied for the disk cache.
     persist_due: bool,
+    /// Idle time after a reply before that copy.
+    persist_after_idle: Duration,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -250,6 +252,7 @@ impl<'m> Session<'m> {
             context_overflow: config.context_overflow,
             last_drop: LastDrop::default(),
             persist_due: false,
+            persist_after_idle: config.persist_after_idle,
         };
         session.publish_cache_status();
         Ok((session, info))
