@@ -10,7 +10,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{post, smollm2_path, spawn_server, test_config, TestServer};
+use common::{post, smollm2_path, spawn_server, test_config, until, Hold, TestServer};
+use fail::FailScenario;
 use firstword::{Engine, EngineConfig};
 use serde_json::{json, Value};
 
@@ -161,4 +162,30 @@ async fn a_hostile_pregenerate_is_refused() {
     }
     let health = reqwest::get(format!("{}/health", parking.base)).await.expect("health").status();
     assert_eq!(health, 200);
+}
+
+/// Generating ahead yields to a request that waits: held before its next token while a chat
+/// request queues, it stops there, parks what it has, and the request is served.
+#[tokio::test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "holds the engine at a failpoint: needs --features failpoints")]
+async fn generating_ahead_stops_for_a_waiting_request() {
+    let _scenario = FailScenario::setup();
+    let parking = server(test_config(smollm2_path()));
+    let mut ahead = body("Tell me a long story about a lighthouse.", json!({"temperature": 0}));
+    ahead["pregenerate"] = json!(200);
+    let hold = Hold::at("engine::pregenerate");
+    let base = parking.base.clone();
+    let running = tokio::spawn(async move { prefill(&base, &ahead).await });
+    hold.reached().await;
+    let base = parking.base.clone();
+    let other = body("What time is it?", json!({"temperature": 0}));
+    let chat = tokio::spawn(async move { post(&base, &other).await });
+    until(&parking.engine, "the chat request is queued", |engine| engine.load().waiting == 1).await;
+    hold.release();
+    let (status, report) = running.await.expect("prefill task");
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["pregenerated_tokens"], 0, "it stopped at its next token: {report}");
+    let (status, answer) = chat.await.expect("chat task");
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["timings"]["cache"]["adopted"].is_null(), "{answer}");
 }

@@ -126,7 +126,8 @@ impl Session<'_> {
     ) -> Result<Evaluated, Halt> {
         self.sequence.take_catch_up();
         let prompt_tokens = fitted.tokens.len();
-        let started = Event::Started { prompt_tokens: prompt_tokens as u32, cached_tokens: prompt_tokens as u32, in_reasoning };
+        let started =
+            Event::Started { prompt_tokens: prompt_tokens as u32, cached_tokens: prompt_tokens as u32, in_reasoning };
         events.send(started).map_err(|_| Halt::Cancelled)?;
         let cache = CacheReport {
             source: CacheSource::Live,
@@ -138,7 +139,14 @@ impl Session<'_> {
             restore: None,
             adopted: 0,
         };
-        Ok(Evaluated { cached: prompt_tokens, evaluated: 0, logits_index: 0, cache, time: Duration::ZERO, yielded: false })
+        Ok(Evaluated {
+            cached: prompt_tokens,
+            evaluated: 0,
+            logits_index: 0,
+            cache,
+            time: Duration::ZERO,
+            yielded: false,
+        })
     }
 
     /// Where a partial transcript's turn opens and its last word starts, in tokens.

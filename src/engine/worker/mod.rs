@@ -351,9 +351,8 @@ impl<'m> Session<'m> {
         let fitted = self.fit_prompt(prompt, landmarks, request)?;
         let prompt_tokens = fitted.tokens.len() as u32;
         let (picker, reasoning, reasoning_opened) = self.reply_picker(request, fitted.text.as_deref())?;
-        let parked = self.parked.take().filter(|parked| {
-            parked.adoptable(&fitted.tokens, self.sequence.tokens(), self.park_for)
-        });
+        let parked =
+            self.parked.take().filter(|parked| parked.adoptable(&fitted.tokens, self.sequence.tokens(), self.park_for));
         let Evaluated { cached, logits_index, mut cache, time: prompt_time, .. } = match &parked {
             Some(_) => self.adopt_parked(&fitted, events, reasoning_opened)?,
             None => self.evaluate_prompt(&fitted, Purpose::Reply, events, reasoning_opened)?,
@@ -369,8 +368,15 @@ impl<'m> Session<'m> {
         let mut speculating = Speculating::new(&mut self.depth);
         self.sequence.begin_reply();
         let replay = parked.as_ref().map(Parked::replay);
-        let outcome =
-            reply.generate(&self.tokenizer, request, picker, &mut self.sequence, &mut speculating, logits_index, replay);
+        let outcome = reply.generate(
+            &self.tokenizer,
+            request,
+            picker,
+            &mut self.sequence,
+            &mut speculating,
+            logits_index,
+            replay,
+        );
         cache.adopted = reply.adopted();
         if let Err(e) = speculating.end_round(&mut self.sequence) {
             // The reply itself is complete; only the cache for the next turn is lost.

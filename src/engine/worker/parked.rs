@@ -83,9 +83,12 @@ impl Session<'_> {
         let per_token = (self.model.n_vocab().max(1) as usize) * std::mem::size_of::<f32>();
         let most = most.min(MAX_PARKED_LOGIT_BYTES / per_token).max(1);
         let signals = self.signals;
-        let mut parked = Parked { prompt: fitted.tokens.clone(), tokens: Vec::new(), logits: Vec::new(), at: Instant::now() };
+        let mut parked =
+            Parked { prompt: fitted.tokens.clone(), tokens: Vec::new(), logits: Vec::new(), at: Instant::now() };
         let mut ended = false;
         while parked.tokens.len() < most {
+            // The tests hold the generation here, before its check for a waiting request.
+            fail::fail_point!("engine::pregenerate");
             if signals.waiting_generations.load(Ordering::Relaxed) > 0
                 || signals.shutting_down.load(Ordering::Relaxed)
                 || events.is_closed()
