@@ -145,6 +145,14 @@ pub(crate) struct CacheArgs {
     /// header) after a reply; it is evaluated by default, off the time to first token.
     #[arg(long = "no-anticipate", env = "FIRSTWORD_NO_ANTICIPATE")]
     pub no_anticipate: bool,
+    /// Reply tokens a /v1/prefill generates after the prompt and parks, so the request that
+    /// follows with the same prompt has its first words at once (a prefill's `pregenerate`
+    /// overrides it; 0: none).
+    #[arg(long = "pregenerate", value_name = "N", env = "FIRSTWORD_PREGENERATE", default_value_t = EngineConfig::DEFAULT_PREGENERATE, value_parser = clap::value_parser!(u32).range(0..=i64::from(firstword::engine::MAX_PREGENERATE)))]
+    pub pregenerate: u32,
+    /// Seconds parked reply tokens wait for their request.
+    #[arg(long = "park-seconds", value_name = "S", env = "FIRSTWORD_PARK_SECONDS", default_value_t = EngineConfig::DEFAULT_PARK_FOR.as_secs())]
+    pub park_seconds: u64,
 }
 
 /// Speculative decoding.
@@ -343,6 +351,8 @@ impl ServeArgs {
             },
             cache_disk_mib: self.cache.cache_disk,
             anticipate_next_turn: !self.cache.no_anticipate,
+            pregenerate: self.cache.pregenerate,
+            park_for: Duration::from_secs(self.cache.park_seconds),
             mlock: model.mlock,
             mmap: !model.no_mmap,
             chat_template_file: model.chat_template_file.clone(),

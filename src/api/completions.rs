@@ -87,6 +87,7 @@ fn into_job(bytes: &[u8], model: &ModelInfo) -> Result<CompletionJob, ApiError> 
         preserved_tokens: Vec::new(),
         logprobs,
         reasoning_budget: None,
+        pregenerate: None,
     };
     Ok(CompletionJob {
         request,

@@ -12,7 +12,7 @@ use super::sampling::{token_limit, SamplingFields};
 use super::wire::{ChatCompletionRequest, Content, WireMessage};
 use crate::chat::tools::{request_grammar, OutputSchema, ToolChoice, ToolDefinition, ToolFormat, ToolSet};
 use crate::chat::{ChatMessage, Grammar, ReasoningFormat, Role, TemplateKwargs, ToolCall};
-use crate::engine::{GenerationRequest, ModelInfo, Prompt, MAX_TOP_LOGPROBS};
+use crate::engine::{GenerationRequest, ModelInfo, Prompt, MAX_PREGENERATE, MAX_TOP_LOGPROBS};
 
 /// A validated request: what to run and how to answer.
 #[derive(Debug)]
@@ -93,6 +93,7 @@ impl ChatBody {
                 preserved_tokens: constraints.preserved_tokens,
                 logprobs,
                 reasoning_budget: reasoning_budget("reasoning_budget", chat.reasoning_budget)?,
+                pregenerate: pregenerate(chat.pregenerate)?,
             },
             stream: shared.stream.unwrap_or(false),
             include_usage: shared.include_usage(),
@@ -180,6 +181,18 @@ pub(crate) fn reasoning_budget(param: &str, budget: Option<i64>) -> Result<Optio
             Err(ApiError::invalid(param, format!("'{param}' must be a number of tokens, or -1 for no limit; got {n}")))
         }
         Some(n) => Ok(Some(u32::try_from(n).unwrap_or(u32::MAX))),
+    }
+}
+
+/// A prefill's `pregenerate`: a number of tokens up to [`MAX_PREGENERATE`].
+fn pregenerate(value: Option<i64>) -> Result<Option<u32>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(n) if (0..=i64::from(MAX_PREGENERATE)).contains(&n) => Ok(Some(n as u32)),
+        Some(n) => Err(ApiError::invalid(
+            "pregenerate",
+            format!("'pregenerate' must be a number of tokens from 0 to {MAX_PREGENERATE}; got {n}"),
+        )),
     }
 }
 

@@ -61,6 +61,7 @@ pub(super) fn wire_cache(cache: CacheReport) -> WireCache {
         reason: cache.reason.map(CacheMiss::as_str),
         save_ms: cache.save.map(ms),
         restore_ms: cache.restore.map(ms),
+        adopted: (cache.adopted > 0).then_some(cache.adopted),
     }
 }
 

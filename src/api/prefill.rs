@@ -40,6 +40,7 @@ fn answer(model: String, report: PrefillReport) -> PrefillAnswer {
         prefilled_tokens: report.prefilled_tokens,
         complete: report.complete,
         superseded: report.superseded,
+        pregenerated_tokens: report.pregenerated_tokens,
         timings: PrefillTimings {
             prompt_ms: report.timings.prompt.as_secs_f64() * 1e3,
             cache: (!report.superseded).then(|| wire_cache(report.timings.cache)),

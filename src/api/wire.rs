@@ -28,6 +28,9 @@ pub(super) struct ChatCompletionRequest {
     pub reasoning_effort: Option<String>,
     /// Most tokens the model's reasoning may take.
     pub reasoning_budget: Option<i64>,
+    /// `/v1/prefill`: reply tokens to generate after the prompt and park for the request that
+    /// follows (0 to `MAX_PREGENERATE`); the server's `--pregenerate` when absent.
+    pub pregenerate: Option<i64>,
 }
 
 /// One message as clients send it.
@@ -138,6 +141,9 @@ pub(super) struct WireCache {
     pub save_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restore_ms: Option<f64>,
+    /// Reply tokens a prefill generated ahead that this request adopted (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adopted: Option<u32>,
 }
 
 /// `POST /v1/prefill`'s answer.
@@ -155,6 +161,8 @@ pub(super) struct PrefillAnswer {
     pub complete: bool,
     /// A newer prefill arrived before this one ran, so it did nothing.
     pub superseded: bool,
+    /// Reply tokens generated after the prompt and parked for the request that follows.
+    pub pregenerated_tokens: u32,
     pub timings: PrefillTimings,
 }
 

@@ -101,6 +101,12 @@ pub struct EngineConfig {
     /// conversation for the disk cache: the user is reading or listening, and a tool result or
     /// the next partial transcript, which come sooner, never wait for the copy.
     pub persist_after_idle: std::time::Duration,
+    /// Reply tokens a prefill generates after its prompt and parks for the request that
+    /// follows, when the prefill does not say ([`crate::GenerationRequest::pregenerate`]); 0:
+    /// none.
+    pub pregenerate: u32,
+    /// How long parked reply tokens wait for their request.
+    pub park_for: std::time::Duration,
 }
 
 impl EngineConfig {
@@ -125,6 +131,12 @@ impl EngineConfig {
     /// Default tokens between checkpoints of a long prefill: a 4–8K system prompt gets one
     /// inside it, so an edit after its first 4K tokens still keeps those.
     pub const DEFAULT_CHECKPOINT_EVERY: u32 = 4096;
+    /// Default reply tokens a prefill generates ahead: about the first sentence of a spoken
+    /// answer, which a voice pipeline can start speaking at once.
+    pub const DEFAULT_PREGENERATE: u32 = 16;
+    /// Default time parked reply tokens wait for their request: longer than a voice pipeline's
+    /// end-of-turn silence.
+    pub const DEFAULT_PARK_FOR: std::time::Duration = std::time::Duration::from_secs(10);
     /// Default idle time after a reply before the conversation is copied for the disk cache.
     pub const DEFAULT_PERSIST_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -158,6 +170,8 @@ impl EngineConfig {
             warm: Vec::new(),
             anticipate_next_turn: true,
             persist_after_idle: Self::DEFAULT_PERSIST_AFTER_IDLE,
+            pregenerate: Self::DEFAULT_PREGENERATE,
+            park_for: Self::DEFAULT_PARK_FOR,
         }
     }
 

@@ -44,7 +44,7 @@ pub use error::{EngineError, SpeculationError};
 pub use request::{
     CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, Candidate, DiskStatus,
     DraftStats, Event, FinishReason, GenerationRequest, PrefillReport, Prompt, Timings, TokenLogprob, Usage,
-    MAX_TOP_LOGPROBS,
+    MAX_PREGENERATE, MAX_TOP_LOGPROBS,
 };
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};

@@ -9,7 +9,7 @@ use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::logprobs::{token_logprob, LogprobQueue};
-use super::sampling::TokenPicker;
+use super::sampling::{Logits, TokenPicker};
 use super::sequence::LiveSequence;
 use super::speculation::Speculating;
 use super::text::{StopMatcher, StopScan, Utf8Stream};
@@ -60,6 +60,20 @@ pub(super) struct Reply<'j> {
     logprobs: Option<LogprobQueue>,
     /// A thinking model's reasoning markers and budget (chat prompts of templates that think).
     reasoning: Option<ReasoningLimit>,
+    /// Tokens taken from a parked generation, already in the cache.
+    adopted: u32,
+}
+
+/// Reply tokens a prefill generated ahead (a parked generation), for the request to adopt:
+/// each token with the logits it was picked from, and the logits after the last one unless it
+/// ended the reply. The cache holds the prompt and these tokens.
+pub(super) struct Replay<'p> {
+    /// The parked tokens, in order.
+    pub(super) tokens: &'p [LlamaToken],
+    /// The logits each was picked from (one more, after the last, where it did not end the reply).
+    pub(super) logits: &'p [Vec<f32>],
+    /// The prompt's length: the first parked token's position.
+    pub(super) prompt_len: usize,
 }
 
 /// A thinking model's reasoning in a reply: its markers and how many tokens it may take.
@@ -89,7 +103,13 @@ impl<'j> Reply<'j> {
             text: String::new(),
             logprobs: None,
             reasoning: None,
+            adopted: 0,
         }
+    }
+
+    /// Tokens taken from a parked generation.
+    pub(super) fn adopted(&self) -> u32 {
+        self.adopted
     }
 
     /// The reply follows a thinking model's reasoning under `limit`.
@@ -145,7 +165,10 @@ impl<'j> Reply<'j> {
     /// Generates from the logits at `logits_index` on, evaluating each picked token (with
     /// drafts, through `speculating`) until the reply ends. The last picked token is not
     /// evaluated: the next turn's prefill does that. With a reasoning budget, the end of the
-    /// reasoning is written in place of sampled tokens once the budget is spent.
+    /// reasoning is written in place of sampled tokens once the budget is spent. With `replay`,
+    /// the parked tokens are picked again from their saved logits by this request's own
+    /// sampler: as long as it picks the same ones, nothing is evaluated; where it parts ways,
+    /// the rest leaves the cache and generation goes on as usual.
     pub(super) fn generate(
         &mut self,
         tokenizer: &Tokenizer,
@@ -154,6 +177,7 @@ impl<'j> Reply<'j> {
         sequence: &mut LiveSequence<'_>,
         speculating: &mut Speculating<'_>,
         mut logits_index: i32,
+        mut replay: Option<Replay<'_>>,
     ) -> Result<FinishReason, Halt> {
         let vocab = tokenizer.model().vocab();
         let mut utf8 = Utf8Stream::default();
@@ -197,12 +221,17 @@ impl<'j> Reply<'j> {
                     forced = Some(vocab.tokenize(format.forced_close.as_bytes(), false, true).into());
                 }
             }
+            let step = self.tokens as usize;
+            let logits = match replay.as_ref().and_then(|replay| replay.logits.get(step)) {
+                Some(saved) => Logits::Saved(saved),
+                None => Logits::Context(sequence.target(), logits_index),
+            };
             let token = match forced.as_mut().and_then(VecDeque::pop_front) {
                 Some(token) => {
                     picker.force(token)?;
                     token
                 }
-                None => picker.pick(sequence.target(), logits_index)?,
+                None => picker.pick(logits)?,
             };
             if vocab.is_eog(token) {
                 break FinishReason::Stop;
@@ -212,8 +241,7 @@ impl<'j> Reply<'j> {
             let piece = vocab.token_to_piece(token, preserved.contains(&token), None);
             let text = utf8.push(&piece);
             if let (Some(queue), Some(top)) = (self.logprobs.as_mut(), top_logprobs) {
-                let logits = sequence.target().get_logits_ith(logits_index);
-                queue.push(token_logprob(tokenizer, logits, token, piece, top), text.len());
+                queue.push(token_logprob(tokenizer, logits.values(), token, piece, top), text.len());
             }
             // Stop strings cut free text only, never constrained output (a call, JSON).
             let scan =
@@ -230,6 +258,18 @@ impl<'j> Reply<'j> {
             let evaluated = sequence.tokens().len() - speculating.pending();
             if self.tokens >= self.limit || evaluated >= n_ctx {
                 break FinishReason::Length;
+            }
+            if let Some(parked) = replay.as_ref() {
+                if parked.tokens.get(step) == Some(&token) {
+                    // Parked and evaluated already.
+                    self.adopted += 1;
+                    continue;
+                }
+                // This request parts ways with the parked tokens: they leave the cache.
+                if !sequence.cut(parked.prompt_len + step) {
+                    return Err(Halt::Failed(EngineError::Decode("the parked tokens could not be cut".into())));
+                }
+                replay = None;
             }
             let room = ((self.limit - self.tokens) as usize).min(n_ctx - evaluated) - 1;
             logits_index = speculating.advance(sequence, token, room)?;

@@ -60,7 +60,15 @@ pub struct GenerationRequest {
     /// end of the reasoning itself and the answer starts. Applies to chat prompts whose template
     /// thinks; `None`: the engine's default ([`EngineConfig::reasoning_budget`](crate::EngineConfig)).
     pub reasoning_budget: Option<u32>,
+    /// For a prefill ([`crate::Engine::prefill`]): reply tokens to generate after the prompt and
+    /// park, for the request that follows with the same prompt and settings to adopt (its first
+    /// tokens are then out at once). `None`: the engine's default
+    /// ([`EngineConfig::pregenerate`](crate::EngineConfig)); ignored by other requests.
+    pub pregenerate: Option<u32>,
 }
+
+/// Most tokens a prefill may generate ahead ([`GenerationRequest::pregenerate`]).
+pub const MAX_PREGENERATE: u32 = 256;
 
 /// Most alternatives [`GenerationRequest::logprobs`] may ask for (OpenAI's `top_logprobs` limit).
 pub const MAX_TOP_LOGPROBS: u32 = 20;
@@ -78,6 +86,7 @@ impl GenerationRequest {
             preserved_tokens: Vec::new(),
             logprobs: None,
             reasoning_budget: None,
+            pregenerate: None,
         }
     }
 }
@@ -139,6 +148,9 @@ pub struct CacheReport {
     pub save: Option<Duration>,
     /// Time spent restoring a stored state.
     pub restore: Option<Duration>,
+    /// Reply tokens a prefill generated ahead (a parked generation) that this request adopted:
+    /// they were sent at once, without evaluating anything.
+    pub adopted: u32,
 }
 
 /// Where a prompt's reused tokens came from.
@@ -367,6 +379,9 @@ pub struct PrefillReport {
     pub complete: bool,
     /// A newer prefill was submitted before this one ran, so it did nothing.
     pub superseded: bool,
+    /// Reply tokens generated after the prompt and parked for the request that follows
+    /// ([`GenerationRequest::pregenerate`]).
+    pub pregenerated_tokens: u32,
     /// Where the time went and what the cache did (no generation).
     pub timings: Timings,
 }

@@ -12,6 +12,36 @@ use super::{EngineError, Grammar};
 use crate::chat::tools::allow_reasoning;
 use crate::chat::ReasoningSplitter;
 
+/// Where the logits a token is picked from are.
+#[derive(Clone, Copy)]
+pub(crate) enum Logits<'a, 'm> {
+    /// The context's output at this batch index.
+    Context(&'a LlamaContext<'m>, i32),
+    /// A copy taken when they were computed (a parked generation's), one per vocabulary token.
+    Saved(&'a [f32]),
+}
+
+impl<'a> Logits<'a, '_> {
+    /// One value per vocabulary token.
+    pub(crate) fn values(self) -> &'a [f32] {
+        match self {
+            Self::Context(ctx, index) => ctx.get_logits_ith(index),
+            Self::Saved(logits) => logits,
+        }
+    }
+
+    /// The candidates a sampler works on: every token with its logit.
+    fn candidates(self) -> LlamaTokenDataArray {
+        match self {
+            Self::Context(ctx, index) => ctx.token_data_array_ith(index),
+            Self::Saved(logits) => LlamaTokenDataArray::from_iter(
+                logits.iter().enumerate().map(|(id, &logit)| LlamaTokenData::new(LlamaToken(id as i32), logit, 0.0)),
+                false,
+            ),
+        }
+    }
+}
+
 /// How the next token is chosen. Defaults match llama-server's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -281,18 +311,19 @@ impl<'m> TokenPicker<'m> {
         self.constraint.as_ref().is_some_and(|c| c.awaiting.is_none())
     }
 
-    /// Picks the token that follows the logits at `index` and records it as accepted.
+    /// Picks the token that follows `logits` and records it as accepted. Saved logits give the
+    /// same token and leave the sampler in the same state as the context's did.
     ///
     /// # Errors
     /// [`EngineError::GrammarDeadEnd`] if the grammar allows no token at all.
-    pub(crate) fn pick(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<LlamaToken, EngineError> {
+    pub(crate) fn pick(&mut self, logits: Logits<'_, '_>) -> Result<LlamaToken, EngineError> {
         let token = match self.constraint.as_ref() {
-            None => self.chain.sample(ctx, index),
-            Some(constraint) if constraint.awaiting.is_some() => match self.pick_awaiting_trigger(ctx, index)? {
+            None => self.sample(logits)?,
+            Some(constraint) if constraint.awaiting.is_some() => match self.pick_awaiting_trigger(logits)? {
                 Some(token) => return Ok(token),
-                None => self.pick_constrained(ctx, index)?,
+                None => self.pick_constrained(logits)?,
             },
-            Some(_) => self.pick_constrained(ctx, index)?,
+            Some(_) => self.pick_constrained(logits)?,
         };
         self.follow_reasoning(token);
         Ok(token)
@@ -305,9 +336,9 @@ impl<'m> TokenPicker<'m> {
     /// trigger's part in earlier tokens (possibly none) and this position is sampled again
     /// under it: `None` asks the caller to do so. The rejected token's text before the trigger
     /// is then not written. Only the answer is watched, not a thinking model's reasoning.
-    fn pick_awaiting_trigger(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<Option<LlamaToken>, EngineError> {
+    fn pick_awaiting_trigger(&mut self, logits: Logits<'_, '_>) -> Result<Option<LlamaToken>, EngineError> {
         let vocab = self.model.vocab();
-        let mut candidates = ctx.token_data_array_ith(index);
+        let mut candidates = logits.candidates();
         candidates.apply_sampler(&mut self.chain);
         let token = candidates.selected_token().ok_or_else(|| dead_end("the sampler chose no token"))?;
         let Some(constraint) = self.constraint.as_mut() else { return Ok(Some(token)) };
@@ -335,15 +366,28 @@ impl<'m> TokenPicker<'m> {
         Ok(Some(token))
     }
 
+    /// The chain's pick, accepted: llama.cpp's own sampling from the context (it reuses its
+    /// buffer), the same steps over saved logits.
+    fn sample(&mut self, logits: Logits<'_, '_>) -> Result<LlamaToken, EngineError> {
+        if let Logits::Context(ctx, index) = logits {
+            return Ok(self.chain.sample(ctx, index));
+        }
+        let mut candidates = logits.candidates();
+        candidates.apply_sampler(&mut self.chain);
+        let token = candidates.selected_token().ok_or_else(|| dead_end("the sampler chose no token"))?;
+        self.chain.accept(token);
+        Ok(token)
+    }
+
     /// Sampling under an active grammar: sample, check the one token, resample grammar-first
     /// only if it is rejected.
-    fn pick_constrained(&mut self, ctx: &LlamaContext<'_>, index: i32) -> Result<LlamaToken, EngineError> {
-        let Some(constraint) = self.constraint.as_mut() else { return Ok(self.chain.sample(ctx, index)) };
-        let mut candidates = ctx.token_data_array_ith(index);
+    fn pick_constrained(&mut self, logits: Logits<'_, '_>) -> Result<LlamaToken, EngineError> {
+        let Some(constraint) = self.constraint.as_mut() else { return self.sample(logits) };
+        let mut candidates = logits.candidates();
         candidates.apply_sampler(&mut self.chain);
         let mut token = candidates.selected_token().ok_or_else(|| dead_end("the sampler chose no token"))?;
         if !allows(&mut constraint.grammar, token) {
-            let mut candidates = ctx.token_data_array_ith(index);
+            let mut candidates = logits.candidates();
             if let Some(need) = self.shortlist_need {
                 candidates = shortlist(candidates, &mut constraint.grammar, need);
             } else {

@@ -229,6 +229,7 @@ impl ResponseJob {
                 preserved_tokens: constraints.preserved_tokens,
                 logprobs,
                 reasoning_budget: reasoning_budget("reasoning_budget", body.reasoning_budget)?,
+                pregenerate: None,
             },
             output: constraints.output,
             stream: body.stream.unwrap_or(false),

@@ -72,6 +72,7 @@ pub(super) const CACHE: CacheReport = CacheReport {
     reason: Some(CacheMiss::Restored),
     save: None,
     restore: Some(std::time::Duration::from_millis(2)),
+    adopted: 0,
 };
 
 pub(super) fn finished(reason: FinishReason) -> Event {

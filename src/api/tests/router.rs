@@ -311,6 +311,7 @@ async fn a_prefill_answers_with_its_counts_and_a_superseded_one_says_so() {
         prefilled_tokens: 6,
         complete: true,
         superseded: false,
+        pregenerated_tokens: 16,
         timings: Timings { prompt: std::time::Duration::from_millis(3), cache: CACHE, ..Timings::default() },
     };
     let engine = Arc::new(FakeEngine::prefilling(report));
@@ -322,6 +323,7 @@ async fn a_prefill_answers_with_its_counts_and_a_superseded_one_says_so() {
         "{body}"
     );
     assert_eq!((&body["complete"], &body["superseded"]), (&json!(true), &json!(false)));
+    assert_eq!(body["pregenerated_tokens"], 16);
     assert_eq!((&body["timings"]["prompt_ms"], &body["timings"]["cache"]["source"]), (&json!(3.0), &json!("ram")));
     assert_eq!(engine.submitted.lock().len(), 1);
 

@@ -15,7 +15,7 @@ use super::overflow::FittedPrompt;
 use super::{PromptParts, Session};
 use crate::engine::policy::{self, Derivation, PartialMarks, Purpose};
 use crate::engine::reply::{still_wanted, Halt};
-use crate::engine::{CacheReport, Event, Prompt};
+use crate::engine::{CacheReport, CacheSource, Event, Prompt};
 
 /// Prompt tokens a prefill evaluates between checks for a waiting generation request: about a
 /// second of a small model on a 2-core CPU, a few milliseconds on a GPU.
@@ -114,6 +114,39 @@ impl Session<'_> {
         };
         let evaluated = self.sequence.tokens().len().saturating_sub(keep);
         Ok(Evaluated { cached: keep, evaluated, logits_index, cache, time: time.elapsed(), yielded: yielded.get() })
+    }
+
+    /// For a request that adopts the parked generation of its prompt: the cache holds the
+    /// prompt (and the parked tokens), so nothing is evaluated; sends [`Event::Started`].
+    pub(super) fn adopt_parked(
+        &mut self,
+        fitted: &FittedPrompt,
+        events: &UnboundedSender<Event>,
+        in_reasoning: bool,
+    ) -> Result<Evaluated, Halt> {
+        self.sequence.take_catch_up();
+        let prompt_tokens = fitted.tokens.len();
+        let started =
+            Event::Started { prompt_tokens: prompt_tokens as u32, cached_tokens: prompt_tokens as u32, in_reasoning };
+        events.send(started).map_err(|_| Halt::Cancelled)?;
+        let cache = CacheReport {
+            source: CacheSource::Live,
+            reused: prompt_tokens as u32,
+            prefilled: 0,
+            diverged_at: None,
+            reason: None,
+            save: None,
+            restore: None,
+            adopted: 0,
+        };
+        Ok(Evaluated {
+            cached: prompt_tokens,
+            evaluated: 0,
+            logits_index: 0,
+            cache,
+            time: Duration::ZERO,
+            yielded: false,
+        })
     }
 
     /// Where a partial transcript's turn opens and its last word starts, in tokens.

@@ -24,15 +24,17 @@ use super::speculation::{DraftDepth, Speculating};
 use super::tokenizer::Tokenizer;
 use super::{
     CacheMiss, CacheReport, CacheSource, Command, ContextOverflow, EngineConfig, EngineError, Event, GenerationRequest,
-    Job, ModelInfo, Prompt, Signals, Timings, Usage, LLAMA_CPP_BUILD,
+    Job, ModelInfo, Prompt, ReasoningFormat, Signals, Timings, Usage, LLAMA_CPP_BUILD,
 };
 use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart, ReasoningSplitter};
 use evaluate::{Evaluated, NextTurn};
 use overflow::{FittedPrompt, LastDrop};
+use parked::Parked;
 
 mod evaluate;
 mod faults;
 mod overflow;
+mod parked;
 mod prefill;
 
 pub(crate) use faults::panic_message;
@@ -152,6 +154,12 @@ struct Session<'m> {
     persist_due: bool,
     /// Idle time after a reply before that copy.
     persist_after_idle: Duration,
+    /// Reply tokens the last prefill generated ahead, for the request that follows.
+    parked: Option<Parked>,
+    /// How long parked tokens wait for their request.
+    park_for: Duration,
+    /// Reply tokens a prefill generates ahead when it does not say.
+    pregenerate: u32,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -253,6 +261,9 @@ impl<'m> Session<'m> {
             last_drop: LastDrop::default(),
             persist_due: false,
             persist_after_idle: config.persist_after_idle,
+            parked: None,
+            park_for: config.park_for,
+            pregenerate: config.pregenerate,
         };
         session.publish_cache_status();
         Ok((session, info))
@@ -339,16 +350,13 @@ impl<'m> Session<'m> {
     ) -> Result<CompletedReply, Halt> {
         let fitted = self.fit_prompt(prompt, landmarks, request)?;
         let prompt_tokens = fitted.tokens.len() as u32;
-        // A thinking model's reasoning, in chat prompts: opened by the prompt or not.
-        let reasoning = match &request.prompt {
-            Prompt::Chat { .. } => self.chat.reasoning(),
-            _ => None,
+        let (picker, reasoning, reasoning_opened) = self.reply_picker(request, fitted.text.as_deref())?;
+        let parked =
+            self.parked.take().filter(|parked| parked.adoptable(&fitted.tokens, self.sequence.tokens(), self.park_for));
+        let Evaluated { cached, logits_index, mut cache, time: prompt_time, .. } = match &parked {
+            Some(_) => self.adopt_parked(&fitted, events, reasoning_opened)?,
+            None => self.evaluate_prompt(&fitted, Purpose::Reply, events, reasoning_opened)?,
         };
-        let reasoning_opened =
-            reasoning.zip(fitted.text.as_deref()).is_some_and(|(format, text)| format.opened_by(text));
-        let picker = self.picker(request, reasoning.map(|format| ReasoningSplitter::new(format, reasoning_opened)))?;
-        let Evaluated { cached, logits_index, cache, time: prompt_time, .. } =
-            self.evaluate_prompt(&fitted, Purpose::Reply, events, reasoning_opened)?;
         let FittedPrompt { text: prompt_text, limit, shortened, dropped_messages, .. } = fitted;
         let cached_tokens = cached as u32;
         let shutting_down = &self.signals.shutting_down;
@@ -359,8 +367,17 @@ impl<'m> Session<'m> {
             .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget }));
         let mut speculating = Speculating::new(&mut self.depth);
         self.sequence.begin_reply();
-        let outcome =
-            reply.generate(&self.tokenizer, request, picker, &mut self.sequence, &mut speculating, logits_index);
+        let replay = parked.as_ref().map(Parked::replay);
+        let outcome = reply.generate(
+            &self.tokenizer,
+            request,
+            picker,
+            &mut self.sequence,
+            &mut speculating,
+            logits_index,
+            replay,
+        );
+        cache.adopted = reply.adopted();
         if let Err(e) = speculating.end_round(&mut self.sequence) {
             // The reply itself is complete; only the cache for the next turn is lost.
             tracing::warn!("{e}");
@@ -390,6 +407,7 @@ impl<'m> Session<'m> {
             }
         };
         CacheReport {
+            adopted: 0,
             source: reuse.source,
             reused: reuse.keep as u32,
             prefilled: (tokens.len() - reuse.keep) as u32,
@@ -438,6 +456,22 @@ impl<'m> Session<'m> {
             return Err(EngineError::ContextOverflow { prompt_tokens, max_tokens: requested, needed, n_ctx });
         }
         Ok(max_tokens.or(self.n_predict).unwrap_or(u32::MAX).min(n_ctx - prompt_tokens))
+    }
+
+    /// The sampler for a request's reply, with the model's reasoning format (chat prompts of a
+    /// template that thinks) and whether `prompt_text` opened the reasoning.
+    fn reply_picker(
+        &self,
+        request: &GenerationRequest,
+        prompt_text: Option<&str>,
+    ) -> Result<(TokenPicker<'m>, Option<ReasoningFormat>, bool), EngineError> {
+        let reasoning = match &request.prompt {
+            Prompt::Chat { .. } => self.chat.reasoning(),
+            _ => None,
+        };
+        let opened = reasoning.zip(prompt_text).is_some_and(|(format, text)| format.opened_by(text));
+        let picker = self.picker(request, reasoning.map(|format| ReasoningSplitter::new(format, opened)))?;
+        Ok((picker, reasoning, opened))
     }
 
     /// The request's sampler chain and grammar, following the reasoning of a model that thinks.

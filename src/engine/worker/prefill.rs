@@ -52,6 +52,8 @@ impl Session<'_> {
     pub(super) fn serve_prefill(&mut self, job: Job) {
         let Job { prompt, landmarks, request, events, report: report_to, .. } = job;
         let Some(report_to) = report_to else { return };
+        // A newer partial transcript: what the last one generated ahead is of no use now.
+        self.parked = None;
         match self.prefill_steps(prompt, landmarks, &request, &events, Purpose::Partial) {
             Ok(report) => {
                 self.sequence.save_pending_checkpoint();
@@ -79,6 +81,15 @@ impl Session<'_> {
     ) -> Result<PrefillReport, Halt> {
         let fitted = self.fit_prompt(prompt, landmarks, request)?;
         let evaluated = self.evaluate_prompt(&fitted, purpose, events, false)?;
+        // Reply tokens generated ahead, once the whole prompt is in the cache.
+        let whole = evaluated.cached + evaluated.evaluated == fitted.tokens.len();
+        let pregenerated_tokens = match purpose {
+            Purpose::Partial if whole && !evaluated.yielded => {
+                let n = request.pregenerate.unwrap_or(self.pregenerate);
+                self.pregenerate(&fitted, request, evaluated.logits_index, n, events)
+            }
+            _ => 0,
+        };
         let timings =
             Timings { prompt: evaluated.time, generation: Duration::ZERO, draft: None, cache: evaluated.cache };
         Ok(PrefillReport {
@@ -87,6 +98,7 @@ impl Session<'_> {
             prefilled_tokens: evaluated.evaluated as u32,
             complete: !evaluated.yielded,
             superseded: false,
+            pregenerated_tokens,
             timings,
         })
     }

@@ -1,0 +1,125 @@
+//! Parked generations: reply tokens a prefill generates after its prompt (`pregenerate`), with
+//! the request's own sampler, while the user is still speaking or the voice pipeline waits out
+//! the end-of-turn silence. The request that follows with the same prompt adopts them: its own
+//! sampler picks each parked token again from the logits it was picked from (so the reply is
+//! the one it would have produced alone: same grammar, seed, penalties), and as long as it picks
+//! the same ones nothing is evaluated; where it parts ways, the rest leaves the cache. Any other
+//! job discards them.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use llama_cpp_2::token::LlamaToken;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::overflow::FittedPrompt;
+use super::Session;
+use crate::engine::decoder::BatchKind;
+use crate::engine::reply::Replay;
+use crate::engine::sampling::Logits;
+use crate::engine::{Event, GenerationRequest};
+
+/// Most bytes of logits one parked generation keeps (one vector per token: 0.2 MB for
+/// SmolLM2's vocabulary, 1 MB for gemma's): the generation stops there.
+const MAX_PARKED_LOGIT_BYTES: usize = 64 << 20;
+
+/// Reply tokens generated ahead of the request, with the logits each was picked from.
+pub(super) struct Parked {
+    /// The prompt they follow.
+    prompt: Vec<LlamaToken>,
+    /// The tokens, in order (the last may end the reply).
+    tokens: Vec<LlamaToken>,
+    /// The logits each token was picked from, and those after the last one unless it ended
+    /// the reply.
+    logits: Vec<Vec<f32>>,
+    /// When they were parked.
+    at: Instant,
+}
+
+impl Parked {
+    /// Whether a request for `prompt` can adopt them now: the same prompt, the cache still
+    /// holds it and the parked tokens, and they are no older than `limit`.
+    pub(super) fn adoptable(&self, prompt: &[LlamaToken], cached: &[LlamaToken], limit: Duration) -> bool {
+        self.prompt == prompt
+            && self.at.elapsed() <= limit
+            && cached.len() == self.prompt.len() + self.evaluated()
+            && cached.starts_with(&self.prompt)
+            && cached[self.prompt.len()..] == self.tokens[..self.evaluated()]
+    }
+
+    /// Parked tokens the cache holds (all but one that ended the reply).
+    fn evaluated(&self) -> usize {
+        self.logits.len().min(self.tokens.len())
+    }
+
+    /// What the adopting request replays.
+    pub(super) fn replay(&self) -> Replay<'_> {
+        Replay { tokens: &self.tokens, logits: &self.logits, prompt_len: self.prompt.len() }
+    }
+}
+
+impl Session<'_> {
+    /// After a prefill evaluated all of `fitted`'s prompt (its last token's logits at
+    /// `index`): generates up to `n` reply tokens with the request's sampler and parks them.
+    /// Stops at the end of the reply, the request's token limit, a request waiting behind, a
+    /// client that left, or the logits budget. Returns how many were parked. Nothing is parked
+    /// where the drafter would have to follow (speculative decoding) or the cache cannot drop
+    /// tokens the request does not take (recurrent state).
+    pub(super) fn pregenerate(
+        &mut self,
+        fitted: &FittedPrompt,
+        request: &GenerationRequest,
+        mut index: i32,
+        n: u32,
+        events: &UnboundedSender<Event>,
+    ) -> u32 {
+        self.parked = None;
+        if n == 0 || self.sequence.speculates() || self.sequence.shape().recurrent {
+            return 0;
+        }
+        let Ok((mut picker, ..)) = self.reply_picker(request, fitted.text.as_deref()) else { return 0 };
+        let vocab = self.model.vocab();
+        let most = n.min(fitted.limit) as usize;
+        let per_token = (self.model.n_vocab().max(1) as usize) * std::mem::size_of::<f32>();
+        let most = most.min(MAX_PARKED_LOGIT_BYTES / per_token).max(1);
+        let signals = self.signals;
+        let mut parked =
+            Parked { prompt: fitted.tokens.clone(), tokens: Vec::new(), logits: Vec::new(), at: Instant::now() };
+        let mut ended = false;
+        while parked.tokens.len() < most {
+            // The tests hold the generation here, before its check for a waiting request.
+            fail::fail_point!("engine::pregenerate");
+            if signals.waiting_generations.load(Ordering::Relaxed) > 0
+                || signals.shutting_down.load(Ordering::Relaxed)
+                || events.is_closed()
+            {
+                break;
+            }
+            let logits = self.sequence.target().get_logits_ith(index).to_vec();
+            let Ok(token) = picker.pick(Logits::Saved(&logits)) else { break };
+            parked.logits.push(logits);
+            parked.tokens.push(token);
+            if vocab.is_eog(token) {
+                ended = true;
+                break;
+            }
+            match self.sequence.decode(&[token], BatchKind::Generated) {
+                Ok(last) => index = last,
+                Err(e) => {
+                    tracing::warn!("generating ahead failed: {e}");
+                    return 0;
+                }
+            }
+        }
+        if !ended && !parked.tokens.is_empty() {
+            parked.logits.push(self.sequence.target().get_logits_ith(index).to_vec());
+        }
+        let count = parked.tokens.len() as u32;
+        tracing::debug!(tokens = count, ended, "reply tokens parked");
+        if count > 0 {
+            parked.at = Instant::now();
+            self.parked = Some(parked);
+        }
+        count
+    }
+}
