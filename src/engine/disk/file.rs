@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
+use super::delta::Layout;
 use super::identity::{Fingerprint, Mismatch};
 
 /// The first bytes of every file.
@@ -340,59 +341,69 @@ pub(crate) fn read_state(path: &Path, engine: &Fingerprint, deltas: usize) -> Re
     }
     let index = index_after(&mut reader, header, payload_at, length, engine)?;
     let mut read = ReadState { index, deltas: 0, bytes, damaged: None };
-    let (mut next, mut delta) = (Vec::new(), Vec::new());
     let wanted = deltas.min(read.index.segments.len());
-    while read.deltas < wanted {
-        let segment = &read.index.segments[read.deltas];
-        match apply_segment(&mut reader, segment, &read.bytes, &mut delta, &mut next) {
-            Ok(()) => {
-                std::mem::swap(&mut read.bytes, &mut next);
-                read.deltas += 1;
+    // Every delta checked and composed, then the newest state copied out once and verified;
+    // one that fails hands over to the one before.
+    let mut layouts = vec![Layout::base(read.bytes.len())];
+    let mut payloads: Vec<Vec<u8>> = Vec::new();
+    for (k, segment) in read.index.segments[..wanted].iter().enumerate() {
+        let before = layouts.last().expect("the base's");
+        let composed = read_delta(&mut reader, segment, before.len())
+            .and_then(|(delta, expected)| Ok((before.then(k + 1, &delta, expected)?, delta)));
+        match composed {
+            Ok((layout, delta)) => {
+                layouts.push(layout);
+                payloads.push(delta);
             }
             Err(reason) => {
-                read.damaged = Some(format!("segment {} of {}: {reason}", read.deltas + 2, wanted + 1));
+                read.damaged = Some(format!("segment {} of {}: {reason}", k + 2, wanted + 1));
                 break;
             }
         }
     }
+    let mut state = Vec::new();
+    while layouts.len() > 1 {
+        let k = layouts.len() - 1;
+        let sources: Vec<&[u8]> = std::iter::once(&read.bytes[..]).chain(payloads.iter().map(Vec::as_slice)).collect();
+        let made = layouts[k].materialize(&sources, &mut state);
+        if made.is_ok() && xxhash_rust::xxh3::xxh3_64(&state) == read.index.segments[k - 1].header.state_hash {
+            read.bytes = state;
+            read.deltas = k;
+            break;
+        }
+        read.damaged =
+            Some(format!("segment {} of {}: the state it makes does not match its checksum", k + 1, wanted + 1));
+        layouts.pop();
+        payloads.pop();
+    }
     Ok(read)
 }
 
-/// Reads `segment`'s delta into `delta`, checks it, and applies it to `state` into `next`,
-/// checked against the XXH3 the segment carries.
-fn apply_segment(
-    reader: &mut BufReader<File>,
-    segment: &Segment,
-    state: &[u8],
-    delta: &mut Vec<u8>,
-    next: &mut Vec<u8>,
-) -> Result<(), String> {
+/// Reads `segment`'s delta, checked against the segment's checksum, and the length of the
+/// state it makes of one of `before` bytes.
+fn read_delta(reader: &mut BufReader<File>, segment: &Segment, before: usize) -> Result<(Vec<u8>, usize), String> {
     let header = &segment.header;
-    let expected = header.target_bytes.checked_add(header.drafter_bytes);
-    // A copy can repeat the old state's bytes, so a delta could make any length: one past
-    // twice the state and the delta is refused before anything is allocated for it.
-    let bound = 2 * state.len() as u64 + header.delta_bytes;
-    let Some(expected) = expected.filter(|&expected| expected <= bound) else {
+    // A copy can repeat the state's bytes, so a delta could make any length: one past twice
+    // the state and the delta is refused before anything is allocated for it.
+    let bound = 2 * before as u64 + header.delta_bytes;
+    let expected = header.target_bytes.checked_add(header.drafter_bytes).filter(|&expected| expected <= bound);
+    let Some(expected) = expected else {
         return Err(format!("state sizes of {} and {} bytes", header.target_bytes, header.drafter_bytes));
     };
-    delta.resize(header.delta_bytes as usize, 0);
+    let mut delta = vec![0u8; segment.header.delta_bytes as usize];
     reader
         .seek(SeekFrom::Start(segment.payload_at))
-        .and_then(|_| reader.read_exact(delta))
+        .and_then(|_| reader.read_exact(&mut delta))
         .map_err(|e| e.to_string())?;
     let mut hasher = Xxh3::new();
     hasher.update(&FORMAT_VERSION.to_le_bytes());
     hasher.update(&(segment.text.len() as u64).to_le_bytes());
     hasher.update(&segment.text);
-    hasher.update(delta);
+    hasher.update(&delta);
     if hasher.digest() != segment.checksum {
         return Err("corrupt: checksum mismatch".into());
     }
-    super::delta::apply(state, delta, next, expected as usize)?;
-    if xxhash_rust::xxh3::xxh3_64(next) != header.state_hash {
-        return Err("the state it makes does not match its checksum".into());
-    }
-    Ok(())
+    Ok((delta, expected as usize))
 }
 
 /// The temporary name a file is written under by this process.
