@@ -203,8 +203,13 @@ fn an_engine_that_cannot_recover_answers_503_and_the_binary_exits_non_zero() {
     assert!(log.iter().any(|line| line.contains("a supervisor restarts")), "{log:?}");
 }
 
+/// The disk cache's tests one at a time: the stopped writer's test bounds how long a shutdown
+/// takes, which three servers started beside it on two cores would stretch.
+static DISK_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_stopped_disk_writer_turns_the_disk_cache_off_and_nothing_waits_for_it() {
+    let _one_at_a_time = DISK_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let scenario = FailScenario::setup();
     let dir = std::env::temp_dir().join(format!("firstword-faults-writer-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -307,6 +312,7 @@ fn base_tokens(path: &std::path::Path) -> u64 {
 /// queued.)
 #[test]
 fn a_kill_during_the_write_of_the_next_turn_leaves_the_turn_before_restorable() {
+    let _one_at_a_time = DISK_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = std::env::temp_dir().join(format!("firstword-faults-kill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let system = common::long_system_prompt(300);
