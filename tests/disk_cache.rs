@@ -179,7 +179,7 @@ fn a_turn_is_appended_as_a_delta_and_a_damaged_one_serves_the_turn_before() {
     let second = greedy(&engine, chat(&turn2(&first.text)), 12);
     let disk = common::settled_cache(&engine).disk.expect("disk cache on");
     drop(engine);
-    assert_eq!(dir.cache_files(), [file.clone()], "one file for the conversation");
+    assert_eq!(dir.cache_files(), std::slice::from_ref(&file), "one file for the conversation");
     let appended = std::fs::read(&file).expect("read");
     assert_eq!(appended[..base.len()], base[..], "turn 1's bytes are untouched");
     assert_eq!(&appended[base.len()..base.len() + 4], b"FWKD", "a delta segment follows");

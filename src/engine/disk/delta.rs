@@ -205,6 +205,41 @@ impl Layout {
     }
 }
 
+impl Layout {
+    /// Makes the state in `base`'s own buffer (the base's bytes; `deltas` are the deltas'),
+    /// when every run of the base moves toward the end or stays (cells appended: the common
+    /// case), so that copying the runs from the last to the first never overwrites bytes still
+    /// to be copied; `false`, and `base` untouched, otherwise.
+    ///
+    /// # Errors
+    /// A delta is shorter than a piece says (`base` untouched).
+    pub(super) fn materialize_in_place(&self, base: &mut Vec<u8>, deltas: &[&[u8]]) -> Result<bool, String> {
+        let source_len =
+            |source: usize| if source == 0 { Some(base.len()) } else { deltas.get(source - 1).map(|d| d.len()) };
+        for piece in &self.pieces {
+            if source_len(piece.source).is_none_or(|len| piece.from + piece.len > len) {
+                return Err("a delta is shorter than its commands say".into());
+            }
+        }
+        if self.pieces.iter().any(|piece| piece.source == 0 && piece.from > piece.start) {
+            return Ok(false);
+        }
+        // Runs are written from the last to the first: one at output offset s reads from at
+        // most s + its length, below every run written before it.
+        base.resize(self.len.max(base.len()), 0);
+        for piece in self.pieces.iter().rev() {
+            let (from, to) = (piece.from..piece.from + piece.len, piece.start);
+            if piece.source == 0 {
+                base.copy_within(from, to);
+            } else {
+                base[to..to + piece.len].copy_from_slice(&deltas[piece.source - 1][from]);
+            }
+        }
+        base.truncate(self.len);
+        Ok(true)
+    }
+}
+
 /// A position in a delta.
 struct Cursor<'a> {
     bytes: &'a [u8],
@@ -327,7 +362,8 @@ mod tests {
     fn a_chain_composed_makes_each_state_as_applying_its_deltas_one_by_one_does() {
         // Cells appended, dropped from the front, rewritten in the middle, a state shrunk.
         let mut states = vec![noise(300_000, 11)];
-        let edits: [&dyn Fn(&[u8]) -> Vec<u8>; 5] = [
+        type Edit = dyn Fn(&[u8]) -> Vec<u8>;
+        let edits: [&Edit; 5] = [
             &|s| [s, &noise(5000, 12)].concat(),
             &|s| [&s[20_000..], &noise(20_000, 13)[..]].concat(),
             &|s| [&s[..100_000], &noise(3000, 14)[..], &s[103_000..]].concat(),
@@ -345,6 +381,7 @@ mod tests {
         let mut layout = Layout::base(states[0].len());
         let mut sources: Vec<&[u8]> = vec![&states[0]];
         let mut one_by_one = states[0].clone();
+        let mut in_place_states = 0;
         for (k, delta) in deltas.iter().enumerate() {
             layout = layout.then(k + 1, delta, states[k + 1].len()).expect("composes");
             sources.push(delta);
@@ -353,8 +390,18 @@ mod tests {
             let mut applied = Vec::new();
             fast_rsync::apply(&one_by_one, delta, &mut applied).expect("applies");
             assert!(composed == applied && applied == states[k + 1], "state {}", k + 1);
+            // In the base's own buffer, where every base run moves toward the end.
+            let mut in_place = states[0].clone();
+            if layout.materialize_in_place(&mut in_place, &sources[1..]).expect("in place") {
+                assert!(in_place == states[k + 1], "state {} in place", k + 1);
+                in_place_states += 1;
+            } else {
+                assert!(in_place == states[0], "untouched");
+            }
             one_by_one = applied;
         }
         assert!(layout.pieces.len() < 40, "{} pieces", layout.pieces.len());
+        // Cells appended: made in place; a front dropped (every later state): not.
+        assert_eq!(in_place_states, 1);
     }
 }

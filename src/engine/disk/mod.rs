@@ -405,7 +405,7 @@ impl DiskCache {
             replaces: replaces.clone(),
         });
         self.make_room();
-        self.writer.push(Job::Write(WriteJob { path, header, state: state.clone(), slot, replaces }));
+        self.writer.push(Job::Write(Box::new(WriteJob { path, header, state: state.clone(), slot, replaces })));
     }
 
     /// Drops the entries that were superseded or whose write failed; a failed write's file

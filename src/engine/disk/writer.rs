@@ -95,7 +95,7 @@ pub(super) struct ReadFile {
 /// Work for the writer thread.
 pub(super) enum Job {
     /// Write a state.
-    Write(WriteJob),
+    Write(Box<WriteJob>),
     /// Keep the signature of a file's state just read, unless the writer has it already.
     Sign(ReadFile),
     /// Forget a file (removed, or found damaged: its next state is written as a new base).
@@ -255,7 +255,7 @@ fn serve(queue: &Weak<Shared>, counters: &Counters) {
         };
         drop(queue);
         match job {
-            Job::Write(job) => write(job, &mut chains, counters),
+            Job::Write(job) => write(*job, &mut chains, counters),
             Job::Sign(read) => sign(read, &mut chains, counters),
             Job::Forget(path) => chains.forget(&path, counters),
         }

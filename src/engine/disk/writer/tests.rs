@@ -43,7 +43,7 @@ fn job(path: &std::path::Path, tokens: usize, bytes: Vec<u8>, replaces: Vec<Path
 /// Writes `tokens` and `bytes` to `path` and waits for it; returns the slot.
 fn write_now(writer: &Writer, path: &std::path::Path, tokens: usize, bytes: Vec<u8>) -> Arc<Slot> {
     let (job, slot) = job(path, tokens, bytes, Vec::new());
-    writer.push(Job::Write(job));
+    writer.push(Job::Write(Box::new(job)));
     assert!(writer.flush(Duration::from_secs(30)));
     slot
 }
@@ -101,7 +101,7 @@ fn a_state_that_changed_entirely_or_another_conversation_is_written_as_a_new_bas
     other.extend_from_slice(&[7; 1000]);
     let (mut rewritten, slot) = job(&path, 120, other.clone(), Vec::new());
     rewritten.header.tokens[5] = -1;
-    writer.push(Job::Write(rewritten));
+    writer.push(Job::Write(Box::new(rewritten)));
     assert!(writer.flush(Duration::from_secs(30)));
     assert_eq!((slot.status(), slot.deltas.load(Ordering::Relaxed)), (WRITTEN, 0));
     assert_eq!(read(&path).1, other);
@@ -155,7 +155,7 @@ fn a_failed_append_keeps_the_turn_before_and_the_file_it_was_to_replace() {
     let mut next = first.clone();
     next.extend_from_slice(&noise(3000, 6));
     let (append, slot) = job(&path, 12, next.clone(), vec![older.clone()]);
-    writer.push(Job::Write(append));
+    writer.push(Job::Write(Box::new(append)));
     assert!(writer.flush(Duration::from_secs(30)));
     fail::remove("disk::append");
     assert_eq!(slot.status(), FAILED);
@@ -165,7 +165,7 @@ fn a_failed_append_keeps_the_turn_before_and_the_file_it_was_to_replace() {
 
     // The append that failed is tried again: the chain is as it was.
     let (append, slot) = job(&path, 12, next.clone(), vec![older.clone()]);
-    writer.push(Job::Write(append));
+    writer.push(Job::Write(Box::new(append)));
     assert!(writer.flush(Duration::from_secs(30)));
     assert_eq!((slot.status(), slot.deltas.load(Ordering::Relaxed)), (WRITTEN, 1));
     assert_eq!(read(&path).1, next);
@@ -210,13 +210,13 @@ fn a_failed_base_keeps_the_file_it_was_to_replace() {
     let temporary = crate::engine::disk::file::temporary_path(&path);
     std::fs::write(&temporary, b"FWKV partial").expect("partial");
     let (rewrite, slot) = job(&path, 5, noise(100_000, 7), vec![older.clone()]);
-    writer.push(Job::Write(rewrite));
+    writer.push(Job::Write(Box::new(rewrite)));
     assert!(writer.flush(Duration::from_secs(30)));
     assert_eq!(slot.status(), FAILED);
     assert_eq!(read(&path).1, first, "the file it was to replace is whole");
     assert!(older.exists(), "what it was to replace is kept: before, it was removed all the same");
     let (rewrite, slot) = job(&path, 5, noise(100_000, 7), vec![older.clone()]);
-    writer.push(Job::Write(rewrite));
+    writer.push(Job::Write(Box::new(rewrite)));
     assert!(writer.flush(Duration::from_secs(30)));
     assert_eq!(slot.status(), WRITTEN);
     assert_eq!(read(&path).1, noise(100_000, 7));
