@@ -194,8 +194,9 @@ impl Drop for Reaper {
 }
 
 /// Builds with the `failpoints` feature pause the disk cache's writer once the temporary
-/// file is begun (and it stays there): a SIGKILL then always comes in the middle of a write.
-const PAUSE_WRITES: [(&str, &str); 1] = [("FAILPOINTS", "disk::write=pause")];
+/// file of a new base is begun, or the header of a delta appended (and it stays there): a
+/// SIGKILL then always comes in the middle of a write.
+const PAUSE_WRITES: [(&str, &str); 1] = [("FAILPOINTS", "disk::write=pause;disk::append=pause")];
 
 #[test]
 #[cfg_attr(
@@ -277,19 +278,27 @@ fn the_disk_cache_survives_sigterm_and_sigkill_and_refuses_a_damaged_file_by_nam
     mid_write();
     let (_, _) = stop(child, lines, "-KILL");
 
-    // SIGKILL while the same conversation's next turn is being written, the file that turn
-    // replaces still in place: it stays until the new one is, so the next start restores the
-    // first turn and answers the second as before.
+    // SIGKILL while the same conversation's next turn is being appended to its file (the
+    // restored file's state signed at start-up, so the turn is a delta): the part appended is
+    // ignored, so the next start restores the first turn and answers the second as before.
     let mut turn2 = turn1.clone();
     let messages = turn2.as_array_mut().expect("messages");
     messages.push(serde_json::json!({"role": "assistant", "content": content(&first)}));
     messages.push(serde_json::json!({"role": "user", "content": "And gardens?"}));
     let (child, port, lines, _) = serve_smollm2_with(&flags, &PAUSE_WRITES);
     reaper.watch(&child);
-    let second = ask(port, &turn2);
-    mid_write();
     let complete: Vec<_> = files().into_iter().filter(|f| !temporary(f)).collect();
-    assert_eq!(complete.len(), 1, "the first turn's file is still there: {complete:?}");
+    assert_eq!(complete.len(), 1, "the first turn's file: {complete:?}");
+    let length = |file: &std::path::PathBuf| std::fs::metadata(file).expect("file").len();
+    let turn1_length = length(&complete[0]);
+    let second = ask(port, &turn2);
+    // The writer is paused in the middle of the append: the file has grown.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while length(&complete[0]) == turn1_length {
+        assert!(Instant::now() < deadline, "no append began: {:?}", files());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!files().iter().any(temporary), "an append, not a new file: {:?}", files());
     let (_, _) = stop(child, lines, "-KILL");
     let (child, port, lines, startup) = serve_smollm2(&flags);
     reaper.watch(&child);

@@ -3,7 +3,9 @@
 //! another model file, or whose state llama.cpp refuses or does not hold their tokens, are
 //! refused (removed) and the answer is a fresh engine's; files of instances with other
 //! parameters or templates are kept for them; the budget evicts the least recently used file;
-//! a directory other users could write to is not used.
+//! a directory other users could write to is not used. A conversation's next turn is appended to
+//! its file as a delta that costs what the turn added; a last segment cut off or damaged serves
+//! the turn before it, with the answers of an engine that never stopped.
 
 mod common;
 
@@ -154,6 +156,76 @@ fn a_restarted_engine_serves_the_conversation_from_disk_as_one_that_never_stoppe
     let steady_second = greedy(&steady, chat(&turn2(&first.text)), 12);
     assert_eq!(steady_second.usage.cached_tokens, second.usage.cached_tokens, "the same split on both sides");
     assert_eq!(second.text, steady_second.text, "the restored state changed the answer");
+}
+
+/// The next turn of a restored conversation is appended to its file as a delta (the writer
+/// signed the state it read); a last segment cut off in the middle (a crash during the append)
+/// or with a flipped bit serves the turn before it, and the answer is the one the engine gave
+/// from that turn; the conversation's next state is then appended where the whole segments end
+/// (the cut-off tail dropped) or, after a damaged segment, written as a new base.
+#[test]
+fn a_turn_is_appended_as_a_delta_and_a_damaged_one_serves_the_turn_before() {
+    let dir = TempDir::new("appended");
+    let config = config(smollm2_path(), &dir);
+    let (turn1, turn2) = turns(300);
+    let first = write_one_turn(&config, chat(&turn1));
+    let file = dir.cache_files().pop().expect("turn 1's file");
+    let base = std::fs::read(&file).expect("read");
+    let base_tokens = header_of(&file)["tokens"].as_array().expect("tokens").len();
+
+    // Turn 2, after a restart: turn 1 restored, turn 2 appended.
+    let engine = Engine::start(config.clone()).expect("model loads");
+    assert_eq!(engine.cache_status().live_tokens as usize, base_tokens);
+    let second = greedy(&engine, chat(&turn2(&first.text)), 12);
+    let disk = common::settled_cache(&engine).disk.expect("disk cache on");
+    drop(engine);
+    assert_eq!(dir.cache_files(), std::slice::from_ref(&file), "one file for the conversation");
+    let appended = std::fs::read(&file).expect("read");
+    assert_eq!(appended[..base.len()], base[..], "turn 1's bytes are untouched");
+    assert_eq!(&appended[base.len()..base.len() + 4], b"FWKD", "a delta segment follows");
+    let delta = (appended.len() - base.len()) as u64;
+    assert_eq!(disk.bytes_written, delta, "this engine wrote the delta alone: {disk:?}");
+    let state = disk.entries[0].bytes;
+    let added = (disk.entries[0].tokens as usize - base_tokens) as u64;
+    eprintln!("base {} bytes, delta {delta} bytes for {added} tokens, state {state}", base.len());
+    assert!(delta < state / 10, "the delta costs what the turn added: {delta} of {state}");
+
+    type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+    let damages: [(&str, bool, Damage); 2] = [
+        ("cut off in the middle", true, Box::new(|bytes: &mut Vec<u8>| bytes.truncate(bytes.len() - 1000))),
+        (
+            "a flipped bit",
+            false,
+            Box::new(|bytes: &mut Vec<u8>| {
+                let at = bytes.len() - 100;
+                bytes[at] ^= 0x10;
+            }),
+        ),
+    ];
+    for (what, appended_again, damage) in damages {
+        let mut damaged = appended.clone();
+        damage(&mut damaged);
+        std::fs::write(&file, &damaged).expect("damage");
+        let engine = Engine::start(config.clone()).expect("model loads");
+        let status = engine.cache_status();
+        assert_eq!(status.live_tokens as usize, base_tokens, "{what}: turn 1 restored: {status:?}");
+        let again = greedy(&engine, chat(&turn2(&first.text)), 12);
+        assert_eq!(again.usage.cached_tokens, second.usage.cached_tokens, "{what}: the same split");
+        assert_eq!(again.text, second.text, "{what}: the answer from turn 1's state");
+        engine.wait_idle_blocking();
+        drop(engine);
+        let rewritten = std::fs::read(&file).expect("read");
+        if appended_again {
+            assert_eq!(rewritten[..base.len()], base[..], "{what}: appended after turn 1");
+            assert_eq!(&rewritten[base.len()..base.len() + 4], b"FWKD", "{what}");
+        } else {
+            let tokens = header_of(&file)["tokens"].as_array().expect("tokens").len();
+            assert!(tokens > base_tokens, "{what}: turn 2 written as a new base ({tokens} tokens)");
+        }
+        // Either way, the next start restores turn 2.
+        let engine = Engine::start(config.clone()).expect("model loads");
+        assert_eq!(engine.cache_status().live_tokens, disk.entries[0].tokens, "{what}");
+    }
 }
 
 /// Damages the one cache file under `dir` with `damage`, starts an engine with `config`, and

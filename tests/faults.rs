@@ -203,8 +203,13 @@ fn an_engine_that_cannot_recover_answers_503_and_the_binary_exits_non_zero() {
     assert!(log.iter().any(|line| line.contains("a supervisor restarts")), "{log:?}");
 }
 
+/// The disk cache's tests one at a time: the stopped writer's test bounds how long a shutdown
+/// takes, which three servers started beside it on two cores would stretch.
+static DISK_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_stopped_disk_writer_turns_the_disk_cache_off_and_nothing_waits_for_it() {
+    let _one_at_a_time = DISK_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let scenario = FailScenario::setup();
     let dir = std::env::temp_dir().join(format!("firstword-faults-writer-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -260,4 +265,99 @@ fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     found
+}
+
+/// A `firstword serve` over SmolLM2 with a disk cache in `dir`, failpoints set from
+/// `failpoints`, ready; its log drained on a thread of its own.
+fn serve_with_disk_cache(dir: &std::path::Path, failpoints: &str) -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_firstword"))
+        .args([
+            "serve",
+            "-c",
+            "2048",
+            "-t",
+            "2",
+            "--cache-min-tokens",
+            "32",
+            "--port",
+            &port.to_string(),
+            "--cache-dir",
+        ])
+        .arg(dir)
+        .arg("-m")
+        .arg(smollm2_path())
+        .env("FAILPOINTS", failpoints)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let ready = lines.by_ref().map_while(Result::ok).any(|line| line.contains("ready"));
+    assert!(ready, "the server became ready");
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, format!("http://127.0.0.1:{port}"))
+}
+
+/// The tokens the base of the cache file at `path` holds.
+fn base_tokens(path: &std::path::Path) -> u64 {
+    let bytes = std::fs::read(path).expect("read");
+    let end = 24 + u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize;
+    let header: Value = serde_json::from_slice(&bytes[24..end]).expect("a JSON header");
+    header["tokens"].as_array().expect("tokens").len() as u64
+}
+
+/// F5: the process killed (SIGKILL) in the middle of the write of a conversation's next turn
+/// leaves the turn before it on disk: the next start restores it, and answers the next turn as
+/// the killed process did. (Before, the turn before was removed as soon as its successor was
+/// queued.)
+#[test]
+fn a_kill_during_the_write_of_the_next_turn_leaves_the_turn_before_restorable() {
+    let _one_at_a_time = DISK_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = std::env::temp_dir().join(format!("firstword-faults-kill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let system = common::long_system_prompt(300);
+    let turn1 = json!({"messages": [{"role": "system", "content": system}, {"role": "user", "content": "Which facts mention trains?"}], "max_tokens": 12, "temperature": 0});
+    let rt = runtime();
+
+    // Turn 1, written whole when the server stops.
+    let (mut first, base) = serve_with_disk_cache(&dir, "");
+    let (reply, _) = rt.block_on(answer(&base, &turn1));
+    rustix::process::kill_process(rustix::process::Pid::from_child(&first), rustix::process::Signal::TERM)
+        .expect("SIGTERM");
+    assert!(first.wait().expect("exits").success());
+    let files: Vec<_> = walk_files(&dir).into_iter().filter(|p| p.extension().is_some_and(|e| e == "fwkv")).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let file = &files[0];
+    let length = std::fs::metadata(file).expect("file").len();
+    let tokens = base_tokens(file);
+
+    // Turn 2: restored from turn 1's file, answered, then killed while its state is appended.
+    let mut turn2 = turn1.clone();
+    let messages = turn2["messages"].as_array_mut().expect("messages");
+    messages.push(json!({"role": "assistant", "content": reply}));
+    messages.push(json!({"role": "user", "content": "And gardens?"}));
+    let (mut killed, base) = serve_with_disk_cache(&dir, "disk::append=pause");
+    let (second, cached) = rt.block_on(answer(&base, &turn2));
+    assert!(cached >= tokens, "turn 1 came from disk: {cached} of {tokens}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(file).expect("file").len() == length {
+        assert!(Instant::now() < deadline, "the append did not begin");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    killed.kill().expect("SIGKILL");
+    let _ = killed.wait();
+    assert!(std::fs::metadata(file).expect("file").len() > length, "killed in the middle of the append");
+
+    // The next start restores turn 1 and answers turn 2 as the killed server did.
+    let (mut next, base) = serve_with_disk_cache(&dir, "");
+    let live = rt.block_on(async {
+        let cache: Value = reqwest::get(format!("{base}/cache")).await.expect("GET /cache").json().await.expect("JSON");
+        cache["live_tokens"].as_u64().expect("live_tokens")
+    });
+    assert_eq!(live, tokens, "turn 1 restored");
+    let (again, cached_again) = rt.block_on(answer(&base, &turn2));
+    assert_eq!((again, cached_again), (second, cached));
+    next.kill().expect("SIGKILL");
+    let _ = next.wait();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,7 +14,10 @@ use serde_json::{json, Value};
 
 /// The samples of a scrape: (name, labels, value).
 fn parse(python: &Path, root: &Path, scrape: &str) -> Vec<(String, Value, f64)> {
-    let file = std::env::temp_dir().join(format!("firstword-metrics-{}.txt", std::process::id()));
+    // A name of its own per scrape: the tests run side by side.
+    static SCRAPES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SCRAPES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = std::env::temp_dir().join(format!("firstword-metrics-{}-{n}.txt", std::process::id()));
     std::fs::write(&file, scrape).expect("write the scrape");
     let mut command = Command::new(python);
     command.arg(root.join("tests/sdk/parse_metrics.py")).arg(&file);
@@ -132,4 +135,44 @@ async fn the_metrics_count_what_the_responses_said() {
     );
     assert_eq!(get("firstword_engine_busy", &[]), 0.0, "idle between requests: {scrape}");
     assert_eq!(get("firstword_queue_depth", &[]), 0.0, "{scrape}");
+}
+
+/// `firstword_disk_bytes_written_total` counts what the disk cache wrote: over a conversation's
+/// two turns, the bytes of its file (a base, then turn 2 appended as a delta).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_disk_bytes_written_are_the_bytes_of_the_conversation_s_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = sdk_python(root);
+    let dir = std::env::temp_dir().join(format!("firstword-metrics-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config =
+        firstword::EngineConfig { cache_dir: Some(dir.clone()), cache_min_tokens: 32, ..test_config(smollm2_path()) };
+    let server = spawn_server(Engine::start(config).expect("the model loads"));
+    let mut messages = vec![
+        json!({"role": "system", "content": long_system_prompt(300)}),
+        json!({"role": "user", "content": "Which facts mention trains?"}),
+    ];
+    for next in ["And gardens?", ""] {
+        let (status, answer) =
+            post(&server.base, &json!({"messages": messages, "max_tokens": 8, "temperature": 0})).await;
+        assert_eq!(status, 200, "{answer}");
+        messages.push(answer["choices"][0]["message"].clone());
+        messages.push(json!({"role": "user", "content": next}));
+        // The turn written before the next one comes (a turn still waiting to be written when
+        // the next comes is written in its place).
+        let engine = server.engine.clone();
+        tokio::task::spawn_blocking(move || engine.wait_idle_blocking()).await.expect("idle");
+    }
+    let scrape = reqwest::get(format!("{}/metrics", server.base)).await.expect("GET /metrics");
+    let scrape = scrape.text().await.expect("text");
+    let written = value(&parse(&python, root, &scrape), "firstword_disk_bytes_written_total", &[]);
+    let mut files = Vec::new();
+    for model in std::fs::read_dir(&dir).expect("cache dir").flatten() {
+        files.extend(std::fs::read_dir(model.path()).expect("model dir").flatten().map(|file| file.path()));
+    }
+    assert_eq!(files.len(), 1, "one file for the conversation: {files:?}");
+    let bytes = std::fs::read(&files[0]).expect("read");
+    assert_eq!(written, bytes.len() as f64, "{scrape}");
+    assert!(bytes.windows(4).any(|w| w == b"FWKD"), "turn 2 was appended as a delta");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -71,6 +71,8 @@ pub(super) async fn cache(State(state): State<Arc<AppState>>) -> Result<Json<Cac
             dir: disk.dir.display().to_string(),
             budget_bytes: disk.budget_bytes,
             used_bytes: disk.used_bytes,
+            bytes_written: disk.bytes_written,
+            signature_bytes: disk.signature_bytes,
             entries: entry_views(disk.entries),
             off: disk.off,
         }),

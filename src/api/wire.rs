@@ -200,6 +200,10 @@ pub(super) struct DiskCacheView {
     pub budget_bytes: u64,
     /// Every model's files.
     pub used_bytes: u64,
+    /// Bytes written since the server started (bases and delta segments, headers included).
+    pub bytes_written: u64,
+    /// Memory held for the signatures the next turns' deltas are computed from.
+    pub signature_bytes: u64,
     /// This model's entries, most recently used first.
     pub entries: Vec<CacheEntryView>,
     /// Why the disk cache is off for the rest of the process (its writer thread stopped);

@@ -254,6 +254,12 @@ pub struct DiskStatus {
     pub budget_bytes: u64,
     /// Bytes the cache directory holds (every model's files).
     pub used_bytes: u64,
+    /// Bytes this process's disk cache writer wrote (bases and delta segments, headers
+    /// included) since it started.
+    pub bytes_written: u64,
+    /// Memory the writer holds for the files' last states' signatures (what the next turn's
+    /// delta is computed from).
+    pub signature_bytes: u64,
     /// This model's entries (written or being written), most recently used first.
     pub entries: Vec<CacheEntryStatus>,
     /// Why the disk cache is off for the rest of the process (its writer thread stopped);

@@ -169,6 +169,8 @@ async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
             dir: "/cache/model-1".into(),
             budget_bytes: 4 << 30,
             used_bytes: 7 << 20,
+            bytes_written: 9 << 20,
+            signature_bytes: 300 << 10,
             entries: vec![CacheEntryStatus { kind: CacheEntryKind::Snapshot, tokens: 1300, bytes: 7 << 20, last_used }],
             off: None,
         }),
@@ -180,6 +182,7 @@ async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
         json!({"live_tokens": 1200, "budget_bytes": 1u64 << 30, "used_bytes": 5u64 << 20, "checkpoint_every": 4096,
             "entries": [{"kind": "checkpoint", "tokens": 900, "bytes": 5u64 << 20, "last_used": 1_700_000_000.0}],
             "disk": {"dir": "/cache/model-1", "budget_bytes": 4u64 << 30, "used_bytes": 7u64 << 20,
+                "bytes_written": 9u64 << 20, "signature_bytes": 300u64 << 10,
                 "entries": [{"kind": "snapshot", "tokens": 1300, "bytes": 7u64 << 20, "last_used": 1_700_000_000.0}],
                 "off": null}})
     );

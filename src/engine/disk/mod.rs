@@ -8,22 +8,30 @@
 //! model or another chat template belongs to another instance (or another configuration) that
 //! shares the directory: it is skipped, kept, and counted in the budget. The files the engine
 //! does not use are listed once at start and again when room is made, never on a status call.
-//! A directory another user could write to is refused (see [`private_dir`]); a writer thread
-//! that stopped turns the disk cache off for the rest of the process.
+//! A directory another user could write to is refused (see [`dir::private_dir`]); a writer
+//! thread that stopped turns the disk cache off for the rest of the process.
+//!
+//! A conversation keeps one file: its next turn (a state whose tokens continue an entry's)
+//! goes to the same file, as a delta appended to it (see [`file`] for the layout and
+//! [`writer`] for when a new base is written instead), so a turn costs what it changed, not
+//! the whole conversation. A file whose last segment is damaged serves the turn before it.
 
+mod delta;
+mod dir;
 mod file;
 mod identity;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use llama_cpp_2::token::LlamaToken;
 
-use self::file::{read_entry, read_header, temporary_writer, Header, Refusal, EXTENSION};
-use self::writer::{WriteJob, Writer, PENDING, SUPERSEDED, WRITTEN};
+use self::dir::private_dir;
+use self::file::{read_index, read_state, temporary_writer, Header, Index, Refusal, EXTENSION};
+use self::writer::{Job, ReadFile, Slot, WriteJob, Writer, CONTINUED, FAILED, PENDING, SUPERSEDED, WRITTEN};
 use super::decoder::SavedState;
 use super::policy::StoredView;
 use super::store::StateBytes;
@@ -31,15 +39,23 @@ use super::{CacheEntryKind, CacheEntryStatus, DiskStatus};
 
 pub(crate) use self::identity::{ContextShape, Fingerprint, ModelIdentity};
 
-/// One file of this model's directory.
+/// Serializes the tests that write files (appends among them) against those that make
+/// appends fail.
+#[cfg(test)]
+static FAILPOINTS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+/// One state of this model's directory: a file's last whole segment, or one being written.
 struct DiskEntry {
     path: PathBuf,
     tokens: Vec<LlamaToken>,
     kind: CacheEntryKind,
-    bytes: u64,
+    /// Bytes of its state.
+    state_bytes: u64,
+    /// Before it is written: what its file may come to (see [`DiskCache::save`]).
+    estimate: u64,
     used_at: SystemTime,
-    /// Written yet? (see [`writer`]).
-    status: Arc<AtomicU8>,
+    /// Written yet, and where (see [`writer`]).
+    slot: Arc<Slot>,
     /// Files a pending entry makes redundant, removed once it is written (see
     /// [`WriteJob::replaces`]); passed on to a newer entry that supersedes it first.
     replaces: Vec<PathBuf>,
@@ -47,11 +63,36 @@ struct DiskEntry {
 
 impl DiskEntry {
     fn written(&self) -> bool {
-        self.status.load(Ordering::Acquire) == WRITTEN
+        self.slot.status() == WRITTEN
     }
 
     fn pending(&self) -> bool {
-        self.status.load(Ordering::Acquire) == PENDING
+        self.slot.status() == PENDING
+    }
+
+    /// Bytes its file takes (or may take, while it is written).
+    fn file_bytes(&self) -> u64 {
+        if self.written() {
+            self.slot.file_bytes.load(Ordering::Relaxed)
+        } else {
+            self.estimate
+        }
+    }
+
+    /// The entry for the last whole segment of a file whose headers are `index`.
+    fn indexed(path: PathBuf, index: &Index, file_bytes: u64, used_at: SystemTime) -> Self {
+        let deltas = index.segments.len();
+        let (kind, target, drafter) = index.state(deltas);
+        Self {
+            tokens: index.tokens(deltas).into_iter().map(LlamaToken).collect(),
+            kind: kind_from_name(kind),
+            state_bytes: target + drafter,
+            estimate: file_bytes,
+            used_at,
+            slot: Arc::new(Slot::written(deltas as u32, file_bytes)),
+            replaces: Vec::new(),
+            path,
+        }
     }
 }
 
@@ -130,31 +171,30 @@ impl DiskCache {
             if path.extension().and_then(|e| e.to_str()) != Some(EXTENSION) {
                 continue;
             }
-            match read_header(&path, &self.fingerprint) {
-                Ok((header, payload_bytes)) => {
-                    let used_at = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
-                    let entry = DiskEntry {
-                        path,
-                        tokens: header.tokens.iter().map(|&t| LlamaToken(t)).collect(),
-                        kind: kind_from_name(&header.kind),
-                        bytes: payload_bytes,
-                        used_at,
-                        status: Arc::new(AtomicU8::new(WRITTEN)),
-                        replaces: Vec::new(),
-                    };
-                    self.entries.push(entry);
-                }
-                Err(Refusal::Mismatch(mismatch)) if mismatch.is_another_instance() => {
-                    tracing::info!(
-                        "disk cache: skipping {}: {mismatch} (another instance's or configuration's file: kept, \
-                         and counted in the budget)",
-                        path.display()
-                    );
-                }
-                Err(refusal) => refuse(&path, &refusal),
-            }
+            self.index_file(path);
         }
         Ok(())
+    }
+
+    /// Reads a file's headers: an entry for its last whole segment, or the file skipped
+    /// (another instance's) or refused.
+    fn index_file(&mut self, path: PathBuf) {
+        match read_index(&path, &self.fingerprint) {
+            Ok(index) => {
+                let metadata = std::fs::metadata(&path);
+                let used_at = metadata.as_ref().ok().and_then(|m| m.modified().ok()).unwrap_or(SystemTime::UNIX_EPOCH);
+                let file_bytes = metadata.map_or(index.end(index.segments.len()), |m| m.len());
+                self.entries.push(DiskEntry::indexed(path, &index, file_bytes, used_at));
+            }
+            Err(Refusal::Mismatch(mismatch)) if mismatch.is_another_instance() => {
+                tracing::info!(
+                    "disk cache: skipping {}: {mismatch} (another instance's or configuration's file: kept, \
+                     and counted in the budget)",
+                    path.display()
+                );
+            }
+            Err(refusal) => refuse(&path, &refusal),
+        }
     }
 
     /// The cache directory and what it holds, for the start-up log.
@@ -196,7 +236,7 @@ impl DiskCache {
             .map(|(index, entry)| StoredView {
                 index,
                 tokens: &entry.tokens,
-                bytes: usize::try_from(entry.bytes).unwrap_or(usize::MAX),
+                bytes: usize::try_from(entry.state_bytes).unwrap_or(usize::MAX),
                 last_used: entry.used_at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |t| t.as_nanos() as u64),
             })
             .collect()
@@ -205,7 +245,7 @@ impl DiskCache {
     /// Bytes of the states queued for the writer and not written yet: memory held until they
     /// are, which the RAM budget covers.
     pub(crate) fn pending_bytes(&self) -> usize {
-        let pending: u64 = self.entries.iter().filter(|entry| entry.pending()).map(|entry| entry.bytes).sum();
+        let pending: u64 = self.entries.iter().filter(|entry| entry.pending()).map(|entry| entry.state_bytes).sum();
         usize::try_from(pending).unwrap_or(usize::MAX)
     }
 
@@ -238,53 +278,101 @@ impl DiskCache {
     pub(crate) fn refuse(&mut self, index: usize, reason: String) {
         let entry = self.entries.swap_remove(index);
         refuse(&entry.path, &Refusal::Rejected(reason));
+        self.writer.push(Job::Forget(entry.path));
     }
 
     /// Reads the entry at `index`: its tokens, state and kind. A file that cannot be used any
-    /// more is refused (a warning, the file removed) and `None` returned.
+    /// more is refused (a warning, the file removed) and `None` returned. A file whose last
+    /// segments fail their checks serves the state before them (with its tokens, fewer than
+    /// the entry's), with a warning; the conversation's next state is then written as a new
+    /// base.
     pub(crate) fn load(&mut self, index: usize) -> Option<(Vec<LlamaToken>, SavedState, CacheEntryKind)> {
         if self.is_off() {
             return None;
         }
         let started = Instant::now();
         let entry = &self.entries[index];
-        let read = read_entry(&entry.path, &self.fingerprint).and_then(|(header, target, drafter)| {
-            let tokens: Vec<LlamaToken> = header.tokens.iter().map(|&t| LlamaToken(t)).collect();
-            if tokens != entry.tokens {
+        let deltas = entry.slot.deltas.load(Ordering::Relaxed) as usize;
+        let read = read_state(&entry.path, &self.fingerprint, deltas).and_then(|mut read| {
+            let tokens: Vec<LlamaToken> = read.index.tokens(read.deltas).into_iter().map(LlamaToken).collect();
+            if read.deltas < deltas && read.damaged.is_none() {
+                read.damaged = Some(format!("it ends after segment {} of {}", read.deltas + 1, deltas + 1));
+            }
+            let whole = if read.damaged.is_some() { entry.tokens.starts_with(&tokens) } else { tokens == entry.tokens };
+            if !whole {
                 return Err(Refusal::Header("its tokens changed since it was indexed".into()));
             }
-            let drafter_tokens = header.drafter_tokens.iter().map(|&t| LlamaToken(t)).collect();
-            let drafter = (header.drafter_bytes > 0).then_some((drafter, drafter_tokens));
-            Ok((tokens, SavedState::from_verified(target, drafter)))
+            Ok((tokens, read))
         });
-        match read {
-            Ok((tokens, state)) => {
-                let now = SystemTime::now();
-                let touched = std::fs::File::options().write(true).open(&entry.path).and_then(|f| f.set_modified(now));
-                if let Err(e) = touched {
-                    tracing::debug!("disk cache: cannot update {}'s time: {e}", entry.path.display());
-                }
-                let kind = entry.kind;
-                tracing::debug!(
-                    tokens = tokens.len(),
-                    mib = state.byte_len() >> 20,
-                    ms = started.elapsed().as_secs_f32() * 1000.0,
-                    "disk cache: read"
-                );
-                self.entries[index].used_at = now;
-                Some((tokens, state, kind))
-            }
+        let (tokens, read) = match read {
+            Ok(read) => read,
             Err(refusal) => {
                 refuse(&entry.path, &refusal);
-                self.entries.swap_remove(index);
-                None
+                let entry = self.entries.swap_remove(index);
+                self.writer.push(Job::Forget(entry.path));
+                return None;
             }
+        };
+        let (kind, target_bytes, _) = read.index.state(read.deltas);
+        let kind = kind_from_name(kind);
+        let drafter_tokens = match read.deltas.checked_sub(1) {
+            Some(last) => &read.index.segments[last].header.drafter_tokens,
+            None => &read.index.header.drafter_tokens,
+        };
+        let drafter_tokens: Vec<LlamaToken> = drafter_tokens.iter().map(|&t| LlamaToken(t)).collect();
+        let end = read.index.end(read.deltas);
+        let delta_bytes = end - read.index.base_end;
+        let mut target = read.bytes;
+        let drafter = target.split_off(target_bytes as usize);
+        let has_drafter = !drafter.is_empty();
+        let state = SavedState::from_verified(target, has_drafter.then_some((drafter, drafter_tokens)));
+        let now = SystemTime::now();
+        let entry = &mut self.entries[index];
+        let touched = std::fs::File::options().write(true).open(&entry.path).and_then(|f| f.set_modified(now));
+        if let Err(e) = touched {
+            tracing::debug!("disk cache: cannot update {}'s time: {e}", entry.path.display());
         }
+        entry.used_at = now;
+        if let Some(damage) = read.damaged {
+            tracing::warn!(
+                "disk cache: {}: {damage}; serving the state before it ({} tokens of {}); the conversation's \
+                 next state is written as a new file",
+                entry.path.display(),
+                tokens.len(),
+                entry.tokens.len()
+            );
+            entry.tokens.clone_from(&tokens);
+            entry.kind = kind;
+            entry.state_bytes = state.byte_len() as u64;
+            entry.slot.deltas.store(read.deltas as u32, Ordering::Relaxed);
+            self.writer.push(Job::Forget(entry.path.clone()));
+        } else {
+            let read_file = ReadFile {
+                path: entry.path.clone(),
+                tokens: tokens.iter().map(|t| t.0).collect(),
+                state: state.clone(),
+                deltas: read.deltas as u32,
+                delta_bytes,
+                end,
+            };
+            self.writer.push(Job::Sign(read_file));
+        }
+        tracing::debug!(
+            tokens = tokens.len(),
+            mib = state.byte_len() >> 20,
+            deltas = read.deltas,
+            ms = started.elapsed().as_secs_f32() * 1000.0,
+            "disk cache: read"
+        );
+        Some((tokens, state, kind))
     }
 
     /// Queues `state` (holding `tokens`) for writing, after removing the entries it makes
     /// redundant and, least recently used first, the files that keep it from fitting the
-    /// budget. Nothing is written when the state alone exceeds the budget.
+    /// budget. Nothing is written when the state alone exceeds the budget. A state that
+    /// continues an entry (the conversation's next turn) goes to that entry's file, the
+    /// longest one's if several: the writer appends it as a delta there, or writes a new base
+    /// in its place; until then, the file may grow to the larger of its size and the state's.
     pub(crate) fn save(&mut self, tokens: &[LlamaToken], state: &SavedState, kind: CacheEntryKind) {
         if self.is_off() {
             return;
@@ -294,20 +382,23 @@ impl DiskCache {
             tracing::debug!(mib = bytes >> 20, "disk cache: a state larger than the budget is not written");
             return;
         }
-        self.entries.retain(|entry| entry.written() || entry.pending());
+        self.prune();
         let whole_only = self.whole_only;
+        let redundant = |entry: &DiskEntry| {
+            entry.tokens == tokens
+                || (tokens.starts_with(&entry.tokens) && (entry.kind == CacheEntryKind::Snapshot || !whole_only))
+        };
+        let continued = self.entries.iter().filter(|entry| redundant(entry)).max_by_key(|entry| entry.tokens.len());
+        let estimate = continued.map_or(bytes, |entry| entry.file_bytes().max(bytes));
+        let path = continued.map(|entry| entry.path.clone()).unwrap_or_else(|| {
+            self.dir.join(format!("{}-{}.{EXTENSION}", self.fingerprint.short_hash(), tokens_hash(tokens)))
+        });
         let mut replaces = Vec::new();
-        for entry in &mut self.entries {
-            let redundant = entry.tokens == tokens
-                || (tokens.starts_with(&entry.tokens) && (entry.kind == CacheEntryKind::Snapshot || !whole_only));
-            if redundant {
-                replaces.extend(supersede(entry));
-            }
+        for entry in self.entries.iter_mut().filter(|entry| redundant(entry)) {
+            replaces.extend(supersede(entry, entry.path == path));
         }
         self.entries.retain(|entry| entry.written() || entry.pending());
-        self.make_room(bytes);
-        let path = self.dir.join(format!("{}-{}.{EXTENSION}", self.fingerprint.short_hash(), tokens_hash(tokens)));
-        let status = Arc::new(AtomicU8::new(PENDING));
+        let slot = Arc::new(Slot::default());
         let header = Header {
             fingerprint: self.fingerprint.clone(),
             kind: kind.as_str().to_string(),
@@ -320,22 +411,37 @@ impl DiskCache {
             path: path.clone(),
             tokens: tokens.to_vec(),
             kind,
-            bytes,
+            state_bytes: bytes,
+            estimate,
             used_at: SystemTime::now(),
-            status: Arc::clone(&status),
+            slot: Arc::clone(&slot),
             replaces: replaces.clone(),
         });
-        self.writer.push(WriteJob { path, header, state: state.clone(), status, replaces });
+        self.make_room();
+        self.writer.push(Job::Write(Box::new(WriteJob { path, header, state: state.clone(), slot, replaces })));
+    }
+
+    /// Drops the entries that were superseded or whose write failed; a failed write's file
+    /// holds what it held before (the turn before, for an append): it is indexed again.
+    fn prune(&mut self) {
+        let failed: Vec<PathBuf> =
+            self.entries.iter().filter(|entry| entry.slot.status() == FAILED).map(|entry| entry.path.clone()).collect();
+        self.entries.retain(|entry| entry.written() || entry.pending());
+        for path in failed {
+            if path.exists() && !self.entries.iter().any(|entry| entry.path == path) {
+                self.index_file(path);
+            }
+        }
     }
 
     /// Removes least recently used files (this engine's written entries and the others' files)
-    /// until `bytes` more fit the budget. The others' files are listed again first: other
-    /// instances may have written some since.
-    fn make_room(&mut self, bytes: u64) {
+    /// until what is written and being written fits the budget. The others' files are listed
+    /// again first: other instances may have written some since.
+    fn make_room(&mut self) {
         self.others = self.list_others();
         let mut used = self.used_bytes();
         let foreign = &mut self.others;
-        while used + bytes > self.budget {
+        while used > self.budget {
             let own = self
                 .entries
                 .iter()
@@ -349,7 +455,8 @@ impl DiskCache {
                     let entry = self.entries.swap_remove(index);
                     tracing::debug!(file = %entry.path.display(), "disk cache: evicted");
                     let _ = std::fs::remove_file(&entry.path);
-                    used -= entry.bytes;
+                    used -= entry.file_bytes();
+                    self.writer.push(Job::Forget(entry.path));
                 }
                 (_, Some((index, _))) => {
                     let file = foreign.swap_remove(index);
@@ -385,7 +492,7 @@ impl DiskCache {
     /// Bytes the cache directory holds (this engine's entries being written included), as
     /// last listed.
     fn used_bytes(&self) -> u64 {
-        let own: u64 = self.entries.iter().filter(|e| e.written() || e.pending()).map(|e| e.bytes).sum();
+        let own: u64 = self.entries.iter().filter(|e| e.written() || e.pending()).map(DiskEntry::file_bytes).sum();
         own + self.others.iter().map(|file| file.bytes).sum::<u64>()
     }
 
@@ -402,6 +509,8 @@ impl DiskCache {
                 dir: self.dir.clone(),
                 budget_bytes: self.budget,
                 used_bytes: self.used_bytes(),
+                bytes_written: self.writer.counters().bytes_written.load(Ordering::Relaxed),
+                signature_bytes: self.writer.counters().signature_bytes.load(Ordering::Relaxed),
                 entries: Vec::new(),
                 off: self.off.get().cloned(),
             };
@@ -413,7 +522,7 @@ impl DiskCache {
             .map(|entry| CacheEntryStatus {
                 kind: entry.kind,
                 tokens: entry.tokens.len() as u32,
-                bytes: entry.bytes,
+                bytes: entry.state_bytes,
                 last_used: entry.used_at,
             })
             .collect();
@@ -422,70 +531,26 @@ impl DiskCache {
             dir: self.dir.clone(),
             budget_bytes: self.budget,
             used_bytes: self.used_bytes(),
+            bytes_written: self.writer.counters().bytes_written.load(Ordering::Relaxed),
+            signature_bytes: self.writer.counters().signature_bytes.load(Ordering::Relaxed),
             entries,
             off: None,
         }
     }
 }
 
-/// Creates `dir` (and its parents) if missing, readable by the user alone (its files hold
-/// conversations' tokens), and refuses a directory another user could have planted states
-/// in: one owned by another user, or writable by its group or others.
-///
-/// # Errors
-/// It cannot be created or read, or it is not private (the message names it and the fix).
-fn private_dir(dir: &Path) -> std::io::Result<()> {
-    if !dir.is_dir() {
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder.create(dir)?;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let metadata = std::fs::metadata(dir)?;
-        let user = rustix::process::geteuid().as_raw();
-        if let Some(problem) = ownership_problem(metadata.uid(), metadata.mode(), user) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!("{} {problem}", dir.display()),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// What makes a directory owned by `owner` with `mode` unsafe for `user`'s cache files, with
-/// the fix; `None` when it is the user's and only the user's to write.
-fn ownership_problem(owner: u32, mode: u32, user: u32) -> Option<String> {
-    if owner != user {
-        return Some(format!(
-            "belongs to user {owner}, not to this process's user {user}: another user could plant states \
-             there; use a directory of your own (--cache-dir)"
-        ));
-    }
-    if mode & 0o022 != 0 {
-        return Some(format!(
-            "is writable by other users (mode {:o}): they could plant states there; run `chmod go-w` on it \
-             (or `chmod 700`)",
-            mode & 0o7777
-        ));
-    }
-    None
-}
-
 /// Makes an entry redundant: a pending one is never written, a written one is removed once
-/// the entry that replaces it is in place. Returns the files that entry is to remove: this
-/// one's, or what this one was to remove before it was superseded.
-fn supersede(entry: &mut DiskEntry) -> Vec<PathBuf> {
-    if entry.status.compare_exchange(PENDING, SUPERSEDED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+/// the entry that replaces it is in place (`same_file`: kept, the newer entry continues its
+/// file). Returns the files that entry is to remove: this one's, or what this one was to
+/// remove before it was superseded.
+fn supersede(entry: &mut DiskEntry, same_file: bool) -> Vec<PathBuf> {
+    let fate = if same_file { CONTINUED } else { SUPERSEDED };
+    if entry.slot.status.compare_exchange(PENDING, fate, Ordering::AcqRel, Ordering::Acquire).is_ok() {
         return std::mem::take(&mut entry.replaces);
     }
     if entry.written() {
-        entry.status.store(SUPERSEDED, Ordering::Release);
-        return vec![entry.path.clone()];
+        entry.slot.status.store(fate, Ordering::Release);
+        return if same_file { Vec::new() } else { vec![entry.path.clone()] };
     }
     Vec::new()
 }
@@ -532,39 +597,5 @@ fn kind_from_name(name: &str) -> CacheEntryKind {
         CacheEntryKind::Checkpoint
     } else {
         CacheEntryKind::Snapshot
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{ownership_problem, private_dir};
-
-    #[test]
-    fn only_a_directory_of_the_user_s_own_that_others_cannot_write_is_used() {
-        assert_eq!(ownership_problem(1000, 0o40700, 1000), None);
-        assert_eq!(ownership_problem(1000, 0o40755, 1000), None, "others may read, not write");
-        let other_owner = ownership_problem(0, 0o40700, 1000).expect("refused");
-        assert!(other_owner.contains("belongs to user 0") && other_owner.contains("--cache-dir"), "{other_owner}");
-        let group = ownership_problem(1000, 0o40770, 1000).expect("refused");
-        assert!(group.contains("mode 770") && group.contains("chmod"), "{group}");
-        assert!(ownership_problem(1000, 0o41777, 1000).is_some(), "sticky or not, others can plant files");
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn a_directory_others_can_write_to_is_refused_by_name() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("firstword-private-dir-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        private_dir(&dir.join("created")).expect("created for the user alone");
-        let mode = std::fs::metadata(dir.join("created")).expect("metadata").permissions().mode();
-        assert_eq!(mode & 0o777, 0o700);
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-        let refused = private_dir(&dir).expect_err("writable by others");
-        assert!(refused.to_string().starts_with(&dir.display().to_string()), "{refused}");
-        assert_eq!(refused.kind(), std::io::ErrorKind::PermissionDenied);
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-        private_dir(&dir).expect("the fix");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -16,10 +16,26 @@ fn header() -> Header {
     }
 }
 
-struct TempDir(PathBuf);
+/// The base's header and payload length, as the index reads them.
+fn read_header(path: &Path, engine: &Fingerprint) -> Result<(Header, u64), Refusal> {
+    read_index(path, engine).map(|index| {
+        let payload = index.header.target_bytes + index.header.drafter_bytes;
+        (index.header, payload)
+    })
+}
+
+/// The base's header, target and drafter state, read whole.
+fn read_entry(path: &Path, engine: &Fingerprint) -> Result<(Header, Vec<u8>, Vec<u8>), Refusal> {
+    read_state(path, engine, 0).map(|mut read| {
+        let drafter = read.bytes.split_off(read.index.header.target_bytes as usize);
+        (read.index.header, read.bytes, drafter)
+    })
+}
+
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("firstword-file-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -81,7 +97,7 @@ fn damaged_files_are_refused_with_the_reason() {
     std::fs::write(&path, &versioned).expect("version");
     assert_eq!(
         read_header(&path, &fingerprint()).expect_err("version").to_string(),
-        "format version 9, this build reads 2"
+        "format version 9, this build reads 3"
     );
 
     std::fs::write(&path, &bytes).expect("restore");
@@ -178,7 +194,7 @@ fn files_of_the_first_layout_are_refused_by_version() {
     let mut bytes = raw_file(b"{}", &[]);
     bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
     std::fs::write(&path, &bytes).expect("write");
-    assert_eq!(read_header(&path, &fingerprint()).expect_err("v1").to_string(), "format version 1, this build reads 2");
+    assert_eq!(read_header(&path, &fingerprint()).expect_err("v1").to_string(), "format version 1, this build reads 3");
 }
 
 #[test]
@@ -190,4 +206,131 @@ fn a_token_list_longer_than_the_context_is_refused() {
     write_entry(&path, long, &[1, 2, 3], &[]).expect("write");
     let refusal = read_header(&path, &fingerprint()).expect_err("longer than n_ctx 4096");
     assert_eq!(refusal.to_string(), "damaged header: 4097 tokens in a context of 4096");
+}
+
+/// A file of three turns: a base of 60 KB, then two deltas adding 3 KB each. Returns the
+/// states, the tokens of each turn, and where each segment ends.
+fn three_turns(path: &Path) -> (Vec<Vec<u8>>, Vec<Vec<i32>>, Vec<u64>) {
+    // Pseudo-random bytes (xorshift): no two blocks alike, as KV rows.
+    let noise = |length: usize, seed: u64| -> Vec<u8> {
+        let mut x = seed;
+        (0..length)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    let mut states = vec![[noise(30_000, 1), noise(30_000, 2)].concat()];
+    states.push([&states[0][..], &noise(3000, 3)].concat());
+    states.push([&states[1][..], &noise(3000, 4)].concat());
+    let tokens: Vec<Vec<i32>> = vec![(0..10).collect(), (0..14).collect(), (0..17).collect()];
+    let mut ends =
+        vec![write_entry(path, Header { tokens: tokens[0].clone(), ..header() }, &states[0], &[]).expect("base")];
+    for turn in 1..3 {
+        let delta = crate::engine::disk::delta::StateSignature::of(&states[turn - 1])
+            .diff(&states[turn], states[turn].len())
+            .expect("a delta");
+        let header = DeltaHeader {
+            kind: "snapshot".into(),
+            tokens: tokens[turn][tokens[turn - 1].len()..].to_vec(),
+            drafter_tokens: Vec::new(),
+            target_bytes: states[turn].len() as u64,
+            drafter_bytes: 0,
+            delta_bytes: 0,
+            state_hash: xxhash_rust::xxh3::xxh3_64(&states[turn]),
+        };
+        let at = ends[turn - 1];
+        ends.push(at + append_segment(path, at, header, &delta).expect("append"));
+    }
+    assert_eq!(std::fs::metadata(path).expect("file").len(), ends[2]);
+    (states, tokens, ends)
+}
+
+#[test]
+fn each_turn_of_a_file_reads_back_and_the_index_reads_headers_only() {
+    let dir = TempDir::new("chain");
+    let path = dir.0.join("a.fwkv");
+    let (states, tokens, ends) = three_turns(&path);
+    assert!(ends[2] - ends[0] < 7000, "the deltas cost what they add: {ends:?}");
+    let index = read_index(&path, &fingerprint()).expect("index");
+    assert_eq!((index.segments.len(), index.tokens(2)), (2, tokens[2].clone()));
+    assert_eq!(index.state(2), ("snapshot", states[2].len() as u64, 0));
+    for turn in 0..3 {
+        let read = read_state(&path, &fingerprint(), turn).expect("read");
+        assert_eq!((read.deltas, read.damaged.as_deref()), (turn, None));
+        assert!(read.bytes == states[turn], "turn {turn}");
+        assert_eq!(read.index.tokens(turn), tokens[turn]);
+        assert_eq!(read.index.end(turn), ends[turn]);
+    }
+}
+
+#[test]
+fn a_truncated_last_segment_is_ignored_and_the_next_append_cuts_it_off() {
+    let dir = TempDir::new("chain-truncated");
+    let path = dir.0.join("a.fwkv");
+    let (states, tokens, ends) = three_turns(&path);
+    // A crash in the middle of the third turn's append.
+    for cut in [ends[1] + 10, ends[1] + 200, ends[2] - 1] {
+        std::fs::File::options().write(true).open(&path).and_then(|f| f.set_len(cut)).expect("truncate");
+        let index = read_index(&path, &fingerprint()).expect("the base and the first delta are whole");
+        assert_eq!(index.segments.len(), 1, "cut at {cut}");
+        assert_eq!(index.tokens(1), tokens[1]);
+        let read = read_state(&path, &fingerprint(), 2).expect("read");
+        assert_eq!(read.deltas, 1);
+        assert!(read.bytes == states[1], "the turn before");
+    }
+    // The next append goes where the last whole segment ends.
+    let delta = crate::engine::disk::delta::StateSignature::of(&states[1]).diff(&states[2], 1 << 20).expect("delta");
+    let header = DeltaHeader {
+        kind: "snapshot".into(),
+        tokens: tokens[2][14..].to_vec(),
+        drafter_tokens: Vec::new(),
+        target_bytes: states[2].len() as u64,
+        drafter_bytes: 0,
+        delta_bytes: 0,
+        state_hash: xxhash_rust::xxh3::xxh3_64(&states[2]),
+    };
+    append_segment(&path, ends[1], header, &delta).expect("append");
+    let read = read_state(&path, &fingerprint(), 2).expect("read");
+    assert_eq!((read.deltas, read.damaged), (2, None));
+    assert!(read.bytes == states[2]);
+}
+
+#[test]
+fn a_damaged_last_segment_serves_the_turn_before() {
+    let dir = TempDir::new("chain-flipped");
+    let path = dir.0.join("a.fwkv");
+    let (states, _, ends) = three_turns(&path);
+    let bytes = std::fs::read(&path).expect("read");
+    // A flipped bit in the last delta, in its header, in its checksum: never the last turn.
+    for at in [ends[2] - 10, ends[1] + 40, ends[1] + 20] {
+        let mut flipped = bytes.clone();
+        flipped[at as usize] ^= 0x04;
+        std::fs::write(&path, &flipped).expect("flip");
+        let read = read_state(&path, &fingerprint(), 2).expect("the base is whole");
+        assert_eq!(read.deltas, 1, "flipped at {at}");
+        assert!(read.bytes == states[1], "the turn before");
+    }
+    // Flipped in the last delta's bytes: its header still parses, the read says why it stopped.
+    let mut flipped = bytes.clone();
+    flipped[ends[2] as usize - 10] ^= 0x04;
+    std::fs::write(&path, &flipped).expect("flip");
+    assert_eq!(read_index(&path, &fingerprint()).expect("index").segments.len(), 2);
+    let read = read_state(&path, &fingerprint(), 2).expect("read");
+    assert_eq!(read.damaged.as_deref(), Some("segment 3 of 3: corrupt: checksum mismatch"));
+    // A delta whose checksum matches but whose result does not (a wrong match at write time).
+    let mut header: DeltaHeader = {
+        let index = read_index(&path, &fingerprint()).expect("index");
+        index.segments[1].header.clone()
+    };
+    std::fs::write(&path, &bytes[..ends[1] as usize]).expect("cut");
+    header.state_hash ^= 1;
+    let delta = crate::engine::disk::delta::StateSignature::of(&states[1]).diff(&states[2], 1 << 20).expect("delta");
+    append_segment(&path, ends[1], header, &delta).expect("append");
+    let read = read_state(&path, &fingerprint(), 2).expect("read");
+    assert_eq!(read.deltas, 1);
+    assert_eq!(read.damaged.as_deref(), Some("segment 3 of 3: the state it makes does not match its checksum"));
 }
