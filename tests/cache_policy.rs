@@ -9,9 +9,7 @@ mod common;
 
 use common::{chat, fresh_split, greedy, long_system_prompt, model_path, smollm2_path, test_config, Generated};
 use firstword::engine::ContextOverflow;
-use firstword::{
-    CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, PrefillReport, Prompt, SamplingParams,
-};
+use firstword::{CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, PrefillReport, SamplingParams};
 
 /// A user message of roughly `words` words, numbered so no two are alike.
 fn long_message(n: usize, words: usize) -> String {

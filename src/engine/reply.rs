@@ -62,6 +62,8 @@ pub(super) struct Reply<'j> {
     reasoning: Option<ReasoningLimit>,
     /// Tokens taken from a parked generation, already in the cache.
     adopted: u32,
+    /// The parked generation this reply adopts, if any.
+    replay: Option<Replay<'j>>,
 }
 
 /// Reply tokens a prefill generated ahead (a parked generation), for the request to adopt:
@@ -104,7 +106,14 @@ impl<'j> Reply<'j> {
             logprobs: None,
             reasoning: None,
             adopted: 0,
+            replay: None,
         }
+    }
+
+    /// The reply adopts a parked generation of its prompt (see [`Reply::generate`]).
+    pub(super) fn with_replay(mut self, replay: Option<Replay<'j>>) -> Self {
+        self.replay = replay;
+        self
     }
 
     /// Tokens taken from a parked generation.
@@ -165,8 +174,8 @@ impl<'j> Reply<'j> {
     /// Generates from the logits at `logits_index` on, evaluating each picked token (with
     /// drafts, through `speculating`) until the reply ends. The last picked token is not
     /// evaluated: the next turn's prefill does that. With a reasoning budget, the end of the
-    /// reasoning is written in place of sampled tokens once the budget is spent. With `replay`,
-    /// the parked tokens are picked again from their saved logits by this request's own
+    /// reasoning is written in place of sampled tokens once the budget is spent. With a replay
+    /// ([`Reply::with_replay`]), the parked tokens are picked again from their saved logits by this request's own
     /// sampler: as long as it picks the same ones, nothing is evaluated; where it parts ways,
     /// the rest leaves the cache and generation goes on as usual.
     pub(super) fn generate(
@@ -177,8 +186,8 @@ impl<'j> Reply<'j> {
         sequence: &mut LiveSequence<'_>,
         speculating: &mut Speculating<'_>,
         mut logits_index: i32,
-        mut replay: Option<Replay<'_>>,
     ) -> Result<FinishReason, Halt> {
+        let mut replay = self.replay.take();
         let vocab = tokenizer.model().vocab();
         let mut utf8 = Utf8Stream::default();
         let mut stops = StopMatcher::new(&request.stop);

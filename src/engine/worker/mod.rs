@@ -364,19 +364,12 @@ impl<'m> Session<'m> {
         let generation_start = Instant::now();
         let budget = request.reasoning_budget.or(self.reasoning_budget);
         let mut reply = Reply::new(events, finish_requested, shutting_down, limit)
-            .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget }));
+            .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget }))
+            .with_replay(parked.as_ref().map(Parked::replay));
         let mut speculating = Speculating::new(&mut self.depth);
         self.sequence.begin_reply();
-        let replay = parked.as_ref().map(Parked::replay);
-        let outcome = reply.generate(
-            &self.tokenizer,
-            request,
-            picker,
-            &mut self.sequence,
-            &mut speculating,
-            logits_index,
-            replay,
-        );
+        let outcome =
+            reply.generate(&self.tokenizer, request, picker, &mut self.sequence, &mut speculating, logits_index);
         cache.adopted = reply.adopted();
         if let Err(e) = speculating.end_round(&mut self.sequence) {
             // The reply itself is complete; only the cache for the next turn is lost.
