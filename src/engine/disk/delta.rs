@@ -262,6 +262,21 @@ impl Cursor<'_> {
     }
 }
 
+/// Pseudo-random bytes (xorshift; `seed` picks the stream): KV rows as far as a delta can
+/// tell, for the disk cache's tests.
+#[cfg(test)]
+pub(super) fn noise(length: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..length)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,18 +284,6 @@ mod tests {
     /// `delta` applied to `base`, through a layout.
     fn apply(base: &[u8], delta: &[u8], out: &mut Vec<u8>, expected: usize) -> Result<(), String> {
         Layout::base(base.len()).then(1, delta, expected)?.materialize(&[base, delta], out)
-    }
-
-    fn noise(length: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..length)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
     }
 
     /// A state laid out as `layers` runs of `cells` cells of `width` bytes, as K rows are.

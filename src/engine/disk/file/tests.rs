@@ -1,4 +1,5 @@
 use super::*;
+use crate::engine::disk::delta::noise;
 use crate::engine::disk::identity::test_fingerprint;
 
 fn fingerprint() -> Fingerprint {
@@ -211,18 +212,6 @@ fn a_token_list_longer_than_the_context_is_refused() {
 /// A file of three turns: a base of 60 KB, then two deltas adding 3 KB each. Returns the
 /// states, the tokens of each turn, and where each segment ends.
 fn three_turns(path: &Path) -> (Vec<Vec<u8>>, Vec<Vec<i32>>, Vec<u64>) {
-    // Pseudo-random bytes (xorshift): no two blocks alike, as KV rows.
-    let noise = |length: usize, seed: u64| -> Vec<u8> {
-        let mut x = seed;
-        (0..length)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    };
     let mut states = vec![[noise(30_000, 1), noise(30_000, 2)].concat()];
     states.push([&states[0][..], &noise(3000, 3)].concat());
     states.push([&states[1][..], &noise(3000, 4)].concat());

@@ -1,21 +1,9 @@
 use super::*;
+use crate::engine::disk::delta::noise;
 use crate::engine::disk::file::read_state;
 use crate::engine::disk::file::tests::TempDir;
 use crate::engine::disk::identity::test_fingerprint;
 use crate::engine::disk::FAILPOINTS;
-
-/// Pseudo-random bytes: KV rows as far as a delta can tell.
-fn noise(length: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..length)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// A state of `layers` runs (K and V rows of each layer) of `cells` cells of 64 bytes: the
 /// first `cells` of each run the same whatever their number, as a conversation's cache is.
