@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::syntax::{Body, Layout, Markers, Params, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NUMBER};
+use super::syntax::{Body, Layout, Markers, Params, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NAME, CALL_NUMBER};
 use super::{ToolCallParser, ToolDefinition, ToolFormat, ToolSet};
 use crate::chat::{ChatMessage, ReasoningFormat, Role, ToolCall};
 
@@ -200,7 +200,10 @@ impl Probes {
         };
         let body = match first.body {
             Body::NamedJson { name_close } => Body::NamedJson { name_close: id(name_close) },
-            Body::Params(params) => Body::Params(Params { name_close: id(params.name_close), ..params }),
+            // A name written again before the parameters (Muse Glimmer's `invoke name="…"`).
+            Body::Params(params) => {
+                Body::Params(Params { name_close: id(params.name_close).replace(FUNCTION_ONE, CALL_NAME), ..params })
+            }
             other => other,
         };
         let mut markers = Markers {
