@@ -176,7 +176,15 @@ impl Probes {
                 open = &open[at + format.close.len()..];
             }
         }
-        let (open, call_open, separator) = if open.trim().is_empty() {
+        // A space that joins the first call to the generation prompt's last word (Muse
+        // Glimmer's `<|start|>assistant to=NAME`) is the reply's first character, no layout.
+        let joined = open.is_empty()
+            && call_open.starts_with(' ')
+            && !call_open[1..].starts_with(char::is_whitespace)
+            && self.lead.ends_with(|c: char| !c.is_whitespace());
+        let (open, call_open, separator) = if joined {
+            (String::new(), call_open, separator)
+        } else if open.trim().is_empty() {
             // Whitespace before each call (Bielik's `\n<tool_call>`, Qwen3's `\n` before a
             // second call): layout before the first, written between two.
             let trimmed = call_open.trim_start();
