@@ -333,8 +333,8 @@ fn every_native_format_parses_its_templates_calls_and_its_grammar_takes_them() {
 /// format (one call, then two where the format allows several) comes back as those calls with
 /// no text beside them; the client sends them back re-serialized (`{"city":"Paris"}`) with
 /// their results, and the next prompt holds the calls as the model wrote them (where the
-/// template writes calls as generated) and the results. The engine's run of a representative
-/// per family is tests/tool_templates.rs.
+/// template writes calls as generated) and the results. The engine serving each template on
+/// SmolLM2 is tests/tool_templates.rs.
 #[test]
 fn every_native_template_renders_the_round_trip_of_its_own_calls() {
     let definitions = test_tools();
@@ -501,4 +501,33 @@ fn deepseek_r1_distill_llama_renders_calls_given_no_content() {
     with_text[1].content = "Checking.".into();
     let prompt = chat.render(&with_text, &definitions).expect("renders").text;
     assert!(prompt.contains("<｜Assistant｜>Checking.<｜end▁of▁sentence｜>"), "{prompt:?}");
+}
+
+/// Muse Glimmer writes a call as `<|start|>assistant to=NAME<|message|>…<atem:invoke
+/// name="NAME">`: the name twice, joined to the generation prompt by a space. The required
+/// grammar holds a reply to exactly that (never the probe's sentinel name, never `assistantto=`),
+/// and the prompt plus the reply is the template's own rendering of the call.
+#[test]
+fn muse_glimmer_repeats_the_name_and_joins_the_call_with_a_space() {
+    let chat = collection_format("muse-glimmer");
+    let format = chat.tool_format().clone();
+    let definitions = test_tools();
+    let calls = sample_calls();
+    let written = format.write_calls(&calls[..1], &definitions);
+    assert!(
+        written.starts_with(" to=get_weather<|message|><atem:function_calls>\n<atem:invoke name=\"get_weather\">\n"),
+        "{written:?}"
+    );
+    let prompt = chat.render(&[ChatMessage::user("Weather in Paris?")], &definitions).expect("renders").text;
+    assert!(prompt.ends_with("<|start|>assistant"), "{prompt:?}");
+    let history = chat.render(&conversation(&calls[..1]), &definitions).expect("renders").text;
+    assert!(history.contains(&format!("<|start|>assistant{written}")), "{written:?} in {history:?}");
+
+    let model = vocabulary();
+    let tools = ToolSet::new(definitions.clone()).expect("tools");
+    let grammar = request_grammar(&format, &tools, &ToolChoice::Required, true, None).expect("grammar");
+    assert_eq!(verdict(model, &grammar, &written), Verdict::Complete, "{written:?}");
+    for bad in [written.trim_start().to_string(), written.replacen("name=\"get_weather\"", "name=\"set_timer\"", 1)] {
+        assert_eq!(verdict(model, &grammar, &bad), Verdict::Rejected, "{bad:?}");
+    }
 }

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::syntax::{Body, Layout, Markers, Params, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NUMBER};
+use super::syntax::{Body, Layout, Markers, Params, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NAME, CALL_NUMBER};
 use super::{ToolCallParser, ToolDefinition, ToolFormat, ToolSet};
 use crate::chat::{ChatMessage, ReasoningFormat, Role, ToolCall};
 
@@ -176,7 +176,15 @@ impl Probes {
                 open = &open[at + format.close.len()..];
             }
         }
-        let (open, call_open, separator) = if open.trim().is_empty() {
+        // A space that joins the first call to the generation prompt's last word (Muse
+        // Glimmer's `<|start|>assistant to=NAME`) is the reply's first character, no layout.
+        let joined = open.is_empty()
+            && call_open.starts_with(' ')
+            && !call_open[1..].starts_with(char::is_whitespace)
+            && self.lead.ends_with(|c: char| !c.is_whitespace());
+        let (open, call_open, separator) = if joined {
+            (String::new(), call_open, separator)
+        } else if open.trim().is_empty() {
             // Whitespace before each call (Bielik's `\n<tool_call>`, Qwen3's `\n` before a
             // second call): layout before the first, written between two.
             let trimmed = call_open.trim_start();
@@ -200,7 +208,10 @@ impl Probes {
         };
         let body = match first.body {
             Body::NamedJson { name_close } => Body::NamedJson { name_close: id(name_close) },
-            Body::Params(params) => Body::Params(Params { name_close: id(params.name_close), ..params }),
+            // A name written again before the parameters (Muse Glimmer's `invoke name="…"`).
+            Body::Params(params) => {
+                Body::Params(Params { name_close: id(params.name_close).replace(FUNCTION_ONE, CALL_NAME), ..params })
+            }
             other => other,
         };
         let mut markers = Markers {

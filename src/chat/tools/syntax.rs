@@ -11,6 +11,9 @@ pub(crate) const CALL_INDEX: &str = "{index}";
 pub(crate) const CALL_NUMBER: &str = "{number}";
 /// Stands for the argument's name in markers that repeat it (MiniMax-M3's `</KEY>`).
 pub(crate) const ARGUMENT_KEY: &str = "{key}";
+/// Stands for the call's name in a parameter call's markers that repeat it (Muse Glimmer's
+/// `to=NAME<|message|>…<atem:invoke name="NAME">`).
+pub(crate) const CALL_NAME: &str = "{name}";
 /// Stands for a call's id in markers that carry it (Solar's `<|tool_call:begin|>ID`).
 pub(crate) const CALL_ID: &str = "{id}";
 
@@ -91,7 +94,7 @@ pub(crate) enum Body {
 /// The markers of [`Body::Params`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Params {
-    /// Between the name and the first argument (or the call's close).
+    /// Between the name and the first argument (or the call's close); may hold [`CALL_NAME`].
     pub name_close: String,
     /// Before an argument's name.
     pub key_open: String,
@@ -122,6 +125,7 @@ pub(crate) fn literal_pieces(marker: &str) -> Vec<String> {
         .replace(CALL_NUMBER, " ")
         .replace(ARGUMENT_KEY, " ")
         .replace(CALL_ID, " ")
+        .replace(CALL_NAME, " ")
         .split_whitespace()
         .flat_map(|piece| {
             let mut pieces = vec![piece.to_string()];

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::syntax::{Body, Markers, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NUMBER};
+use super::syntax::{Body, Markers, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NAME, CALL_NUMBER};
 use super::ToolDefinition;
 use crate::chat::{python_json, ToolCall};
 
@@ -45,7 +45,7 @@ pub(crate) fn call_text(body: &Body, call: &ToolCall, index: usize, tools: &[Too
             written_arguments(&call.arguments, &arguments)
         ),
         Body::Params(params) => {
-            let mut text = format!("{}{}", call.name, params.name_close);
+            let mut text = format!("{}{}", call.name, params.name_close.replace(CALL_NAME, &call.name));
             if let Value::Object(map) = &arguments {
                 for (key, value) in map {
                     let (key_close, value_text) = match value {

@@ -3,7 +3,7 @@
 
 use super::text::text_without;
 use crate::chat::tools::gbnf::literal;
-use crate::chat::tools::syntax::{Body, Params, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NUMBER};
+use crate::chat::tools::syntax::{Body, Params, ARGUMENT_KEY, CALL_ID, CALL_INDEX, CALL_NAME, CALL_NUMBER};
 use crate::chat::tools::toolset::{CheckedTool, Property, PropertyKind};
 
 /// A marker as grammar: its literal text, a call index as a number, a call id as an id. Empty
@@ -51,7 +51,7 @@ pub(super) fn call_rule(body: &Body, tool: &CheckedTool, index: usize, out: &mut
             if !params_text_defined(out) {
                 out.push_str(&text_without(&value_marker(params), "fw-x-text"));
             }
-            format!("( {} {} {arguments} )", literal(name), marker(&params.name_close))
+            format!("( {} {} {arguments} )", literal(name), marker(&params.name_close.replace(CALL_NAME, name)))
         }
         Body::Gemma { quote } => {
             let rules: Vec<(String, bool)> = tool

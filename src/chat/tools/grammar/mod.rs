@@ -170,17 +170,20 @@ fn calls_grammar(format: &ToolFormat, tools: &[&CheckedTool], parallel: bool, la
     }
     match format.layout() {
         Layout::Markers(markers) => {
-            let head = format!("{}{}", markers.open, markers.call_open);
-            let head = head.trim_start();
+            let written = format!("{}{}", markers.open, markers.call_open);
+            let head = written.trim_start();
             let opener = markers.opener();
             let rest = &head[opener.len()..];
+            // A reply held to calls from its start writes the space that joins them to the
+            // prompt (Muse Glimmer's ` to=`); a lazy grammar starts at the opener.
+            let leading = if lazy { "" } else { &written[..written.len() - head.len()] };
             let head_rule = if format.text_recipient().is_some() {
                 // The prompt wrote the first call's opener.
                 String::new()
             } else if lazy && rest.starts_with(char::is_whitespace) {
                 sequence(&[literal(&opener), "fw-ws".into(), bodies::marker(rest.trim_start())])
             } else {
-                sequence(&[literal(&opener), bodies::marker(rest)])
+                sequence(&[bodies::marker(leading), literal(&opener), bodies::marker(rest)])
             };
             let close = bodies::marker(&markers.call_close);
             let first = sequence(&[head_rule, "fw-call".into(), close.clone()]);

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::super::syntax::{Params, ARGUMENT_KEY};
+use super::super::syntax::{Params, ARGUMENT_KEY, CALL_NAME};
 use super::literal::{match_literal, Match};
 use super::{flush, is_name_char, partial_suffix, ScanEvent, ToolKeys};
 
@@ -78,7 +78,10 @@ impl ParamsCall {
                 self.stage = Stage::NameClose;
                 Some(length)
             }
-            Stage::NameClose => self.marker(rest, &self.params.name_close.clone(), Stage::KeyOrEnd),
+            Stage::NameClose => {
+                let close = self.params.name_close.replace(CALL_NAME, &self.name);
+                self.marker(rest, &close, Stage::KeyOrEnd)
+            }
             Stage::KeyOrEnd => match match_literal(rest, &self.params.key_open) {
                 // A closing tag is no argument's name: MiniMax-M3's `]<]minimax[>[<` opens
                 // both an argument and the call's `]<]minimax[>[</invoke>`.
