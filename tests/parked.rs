@@ -91,6 +91,11 @@ async fn an_adopted_reply_equals_the_request_alone() {
     let adopted = adopted_equals_alone("required tool call", &call, 8).await;
     assert_eq!(adopted, 8);
 
+    // A short answer ends inside the parked tokens: all of it is adopted, its end included.
+    let short = body("Answer with one word: is the sky blue?", json!({"temperature": 0, "max_tokens": 64}));
+    let adopted = adopted_equals_alone("an answer that ends while parked", &short, 64).await;
+    assert!(adopted > 0, "the whole short answer is adopted");
+
     let schema = json!({"type": "json_schema", "json_schema": {"name": "room", "schema": {
         "type": "object", "properties": {"room": {"type": "string"}}, "required": ["room"],
     }}});

@@ -32,6 +32,8 @@ pub(super) struct Parked {
     /// The logits each token was picked from, and those after the last one unless it ended
     /// the reply.
     logits: Vec<Vec<f32>>,
+    /// The last token ended the reply (it was not evaluated).
+    ended: bool,
     /// When they were parked.
     at: Instant,
 }
@@ -49,7 +51,7 @@ impl Parked {
 
     /// Parked tokens the cache holds (all but one that ended the reply).
     fn evaluated(&self) -> usize {
-        self.logits.len().min(self.tokens.len())
+        self.tokens.len() - usize::from(self.ended)
     }
 
     /// What the adopting request replays.
@@ -83,9 +85,13 @@ impl Session<'_> {
         let per_token = (self.model.n_vocab().max(1) as usize) * std::mem::size_of::<f32>();
         let most = most.min(MAX_PARKED_LOGIT_BYTES / per_token).max(1);
         let signals = self.signals;
-        let mut parked =
-            Parked { prompt: fitted.tokens.clone(), tokens: Vec::new(), logits: Vec::new(), at: Instant::now() };
-        let mut ended = false;
+        let mut parked = Parked {
+            prompt: fitted.tokens.clone(),
+            tokens: Vec::new(),
+            logits: Vec::new(),
+            ended: false,
+            at: Instant::now(),
+        };
         while parked.tokens.len() < most {
             // The tests hold the generation here, before its check for a waiting request.
             fail::fail_point!("engine::pregenerate");
@@ -100,7 +106,7 @@ impl Session<'_> {
             parked.logits.push(logits);
             parked.tokens.push(token);
             if vocab.is_eog(token) {
-                ended = true;
+                parked.ended = true;
                 break;
             }
             match self.sequence.decode(&[token], BatchKind::Generated) {
@@ -111,11 +117,11 @@ impl Session<'_> {
                 }
             }
         }
-        if !ended && !parked.tokens.is_empty() {
+        if !parked.ended && !parked.tokens.is_empty() {
             parked.logits.push(self.sequence.target().get_logits_ith(index).to_vec());
         }
         let count = parked.tokens.len() as u32;
-        tracing::debug!(tokens = count, ended, "reply tokens parked");
+        tracing::debug!(tokens = count, ended = parked.ended, "reply tokens parked");
         if count > 0 {
             parked.at = Instant::now();
             self.parked = Some(parked);
