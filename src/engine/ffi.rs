@@ -59,6 +59,31 @@ pub(crate) fn set_sequence_state(ctx: &mut LlamaContext<'_>, bytes: &[u8]) -> bo
     unsafe { ctx.state_seq_set_data_ext(bytes, 0, LlamaStateSeqFlags::empty()) }
 }
 
+/// Sends llama.cpp's and ggml's log to `tracing` (see `llama_log`), in place of llama-cpp-2's
+/// bridge, which aborts the process on a continuation piece with no message before it.
+pub(crate) fn send_llama_logs_to_tracing() {
+    // SAFETY: `log_to_tracing` has the callback's signature and uses no user data;
+    // `llama_log_set` sets ggml's callback too, and ggml's is set explicitly all the same.
+    unsafe {
+        llama_cpp_sys_2::llama_log_set(Some(log_to_tracing), std::ptr::null_mut());
+        llama_cpp_sys_2::ggml_log_set(Some(log_to_tracing), std::ptr::null_mut());
+    }
+}
+
+/// llama.cpp's and ggml's log callback: one message piece to `llama_log`.
+unsafe extern "C" fn log_to_tracing(
+    level: llama_cpp_sys_2::ggml_log_level,
+    text: *const std::os::raw::c_char,
+    _user_data: *mut std::ffi::c_void,
+) {
+    if text.is_null() {
+        return;
+    }
+    // SAFETY: llama.cpp passes a NUL-terminated message, valid for this call.
+    let message = unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy();
+    super::llama_log::log_piece(level as u32, &message);
+}
+
 /// The log callback llama.cpp had before [`watch_flash_attention`] put its own in, and what
 /// that one saw.
 struct FlashAttentionWatch {

@@ -13,10 +13,9 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::speculative::{MtpSpeculative, MtpSpeculativeParams};
 use llama_cpp_2::token::LlamaToken;
-use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 
 use super::decoder::{Decoder, ModelDrafter, MtpDrafter};
-use super::ffi::watch_flash_attention;
+use super::ffi::{send_llama_logs_to_tracing, watch_flash_attention};
 use super::speculation::{vocabulary_difference, Drafter, SpecMode, SpeculationPlan};
 use super::{EngineConfig, EngineError, FlashAttention, SpeculationError};
 
@@ -30,7 +29,7 @@ fn backend() -> Result<&'static LlamaBackend, EngineError> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
-            send_logs_to_tracing(LogOptions::default());
+            send_llama_logs_to_tracing();
             LlamaBackend::init().map_err(|e| e.to_string())
         })
         .as_ref()

@@ -10,6 +10,7 @@ mod decoder;
 mod disk;
 mod error;
 mod ffi;
+mod llama_log;
 mod load;
 mod logprobs;
 mod policy;

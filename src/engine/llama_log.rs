@@ -1,0 +1,148 @@
+//! llama.cpp's and ggml's log, routed into `tracing` under the target `llama-cpp-2`.
+//!
+//! llama.cpp writes some lines in pieces: a message at a level, then `CONT` pieces that
+//! continue it (the dots of a model load's progress). llama-cpp-2's own bridge aborts the
+//! process when a `CONT` piece arrives before any leveled message (it panics inside a C
+//! callback, which cannot unwind); here pieces are joined into lines, and a piece with
+//! nothing before it is a debug line.
+
+use std::sync::Mutex;
+
+/// The level of a llama.cpp log message (ggml's `ggml_log_level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogLevel {
+    /// Details (`GGML_LOG_LEVEL_DEBUG`, and anything unknown).
+    Debug,
+    /// Progress and facts (`GGML_LOG_LEVEL_INFO`).
+    Info,
+    /// `GGML_LOG_LEVEL_WARN`.
+    Warn,
+    /// `GGML_LOG_LEVEL_ERROR`.
+    Error,
+    /// Continues the previous message (`GGML_LOG_LEVEL_CONT`).
+    Continue,
+}
+
+impl LogLevel {
+    /// The level for ggml's number (`ggml.h`: 1 debug … 4 error, 5 continue).
+    pub(crate) fn from_ggml(level: u32) -> Self {
+        match level {
+            2 => Self::Info,
+            3 => Self::Warn,
+            4 => Self::Error,
+            5 => Self::Continue,
+            _ => Self::Debug,
+        }
+    }
+}
+
+/// A line longer than this without a newline is logged as it is, so the buffer stays small.
+const MAX_LINE_BYTES: usize = 8 * 1024;
+
+/// Joins llama.cpp's message pieces into whole lines.
+#[derive(Debug, Default)]
+pub(crate) struct LineAssembler {
+    /// The line begun and not yet ended, and its level.
+    open: Option<(LogLevel, String)>,
+}
+
+impl LineAssembler {
+    /// Takes one piece and returns the lines it completes, each with its level (never
+    /// `Continue`), without their trailing newline.
+    pub(crate) fn push(&mut self, level: LogLevel, text: &str) -> Vec<(LogLevel, String)> {
+        let mut lines = Vec::new();
+        let (level, mut line) = match (level, self.open.take()) {
+            (LogLevel::Continue, Some(open)) => open,
+            (LogLevel::Continue, None) => (LogLevel::Debug, String::new()),
+            (level, Some(open)) => {
+                lines.push(open);
+                (level, String::new())
+            }
+            (level, None) => (level, String::new()),
+        };
+        for piece in text.split_inclusive('\n') {
+            line.push_str(piece);
+            if line.ends_with('\n') || line.len() >= MAX_LINE_BYTES {
+                lines.push((level, std::mem::take(&mut line)));
+            }
+        }
+        if !line.is_empty() {
+            self.open = Some((level, line));
+        }
+        for (_, text) in &mut lines {
+            while text.ends_with('\n') || text.ends_with('\r') {
+                text.pop();
+            }
+        }
+        lines.retain(|(_, text)| !text.is_empty());
+        lines
+    }
+}
+
+/// The one assembler of the process: llama.cpp's callback is process-wide.
+static ASSEMBLER: Mutex<LineAssembler> = Mutex::new(LineAssembler { open: None });
+
+/// Logs one piece of a llama.cpp message (called from the C callback in `ffi`). Never panics.
+pub(crate) fn log_piece(level: u32, text: &str) {
+    let lines = match ASSEMBLER.lock() {
+        Ok(mut assembler) => assembler.push(LogLevel::from_ggml(level), text),
+        Err(poisoned) => poisoned.into_inner().push(LogLevel::from_ggml(level), text),
+    };
+    for (level, line) in lines {
+        match level {
+            LogLevel::Error => tracing::error!(target: "llama-cpp-2", "{line}"),
+            LogLevel::Warn => tracing::warn!(target: "llama-cpp-2", "{line}"),
+            LogLevel::Info => tracing::info!(target: "llama-cpp-2", "{line}"),
+            LogLevel::Debug | LogLevel::Continue => tracing::debug!(target: "llama-cpp-2", "{line}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LineAssembler, LogLevel};
+
+    #[test]
+    fn a_continuation_with_nothing_before_it_is_a_debug_line() {
+        // The message that aborted llama-cpp-2's bridge: progress dots before any other log.
+        let mut assembler = LineAssembler::default();
+        assert!(assembler.push(LogLevel::Continue, ".").is_empty());
+        assert!(assembler.push(LogLevel::Continue, ".").is_empty());
+        assert_eq!(assembler.push(LogLevel::Continue, ".\n"), vec![(LogLevel::Debug, "...".to_string())]);
+    }
+
+    #[test]
+    fn continuations_join_the_line_they_continue_at_its_level() {
+        let mut assembler = LineAssembler::default();
+        assert!(assembler.push(LogLevel::Info, "load_tensors: loading").is_empty());
+        assert!(assembler.push(LogLevel::Continue, " ...").is_empty());
+        assert_eq!(
+            assembler.push(LogLevel::Continue, " done\n"),
+            vec![(LogLevel::Info, "load_tensors: loading ... done".into())]
+        );
+    }
+
+    #[test]
+    fn a_new_message_ends_an_unfinished_line_and_pieces_split_at_newlines() {
+        let mut assembler = LineAssembler::default();
+        assert!(assembler.push(LogLevel::Warn, "half").is_empty());
+        assert_eq!(
+            assembler.push(LogLevel::Error, "one\ntwo\nthree"),
+            vec![(LogLevel::Warn, "half".into()), (LogLevel::Error, "one".into()), (LogLevel::Error, "two".into())]
+        );
+        assert_eq!(assembler.push(LogLevel::Continue, "\n"), vec![(LogLevel::Error, "three".into())]);
+        assert_eq!(LogLevel::from_ggml(0), LogLevel::Debug);
+        assert_eq!(LogLevel::from_ggml(99), LogLevel::Debug);
+    }
+
+    #[test]
+    fn a_line_without_newline_stays_bounded() {
+        let mut assembler = LineAssembler::default();
+        let mut emitted = 0;
+        for _ in 0..10_000 {
+            emitted += assembler.push(LogLevel::Continue, ".").len();
+        }
+        assert!(emitted >= 1);
+        assert!(assembler.open.as_ref().map_or(0, |(_, line)| line.len()) < super::MAX_LINE_BYTES);
+    }
+}
