@@ -160,6 +160,8 @@ struct Signals {
     shutting_down: AtomicBool,
     /// What the cache holds, as the inference thread last published it.
     cache_status: Mutex<CacheStatus>,
+    /// The disk writer's counters, read live (set once the disk cache is open).
+    disk_counters: Mutex<Option<disk::DiskCounters>>,
     /// Generation jobs queued and not taken by the inference thread yet: a running prefill
     /// yields to them.
     waiting_generations: AtomicUsize,
@@ -445,10 +447,16 @@ impl Engine {
     }
 
     /// What the cache holds: the live sequence and the RAM store's entries, as of the end of
-    /// the last request (never waits for a running one).
+    /// the last request (never waits for a running one); the disk writer's counters as they
+    /// stand now (its writes come after the request, once the engine is idle).
     #[must_use]
     pub fn cache_status(&self) -> CacheStatus {
-        self.shared.signals.cache_status.lock().clone()
+        let mut status = self.shared.signals.cache_status.lock().clone();
+        if let (Some(disk), Some(counters)) = (&mut status.disk, &*self.shared.signals.disk_counters.lock()) {
+            disk.bytes_written = counters.bytes_written();
+            disk.signature_bytes = counters.signature_bytes();
+        }
+        status
     }
 
     /// Blocks until every request queued before this call has been served, including the cache

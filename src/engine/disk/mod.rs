@@ -18,6 +18,7 @@
 
 mod delta;
 mod dir;
+mod entry;
 mod file;
 mod identity;
 mod writer;
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 use llama_cpp_2::token::LlamaToken;
 
 use self::dir::private_dir;
+use self::entry::{DiskEntry, ForeignFile};
 use self::file::{read_index, read_state, temporary_writer, Header, Index, Refusal, EXTENSION};
 use self::writer::{Job, ReadFile, Slot, WriteJob, Writer, CONTINUED, FAILED, PENDING, SUPERSEDED, WRITTEN};
 use super::decoder::SavedState;
@@ -38,71 +40,12 @@ use super::store::StateBytes;
 use super::{CacheEntryKind, CacheEntryStatus, DiskStatus};
 
 pub(crate) use self::identity::{ContextShape, Fingerprint, ModelIdentity};
+pub(crate) use self::writer::DiskCounters;
 
 /// Serializes the tests that write files (appends among them) against those that make
 /// appends fail.
 #[cfg(test)]
 static FAILPOINTS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
-
-/// One state of this model's directory: a file's last whole segment, or one being written.
-struct DiskEntry {
-    path: PathBuf,
-    tokens: Vec<LlamaToken>,
-    kind: CacheEntryKind,
-    /// Bytes of its state.
-    state_bytes: u64,
-    /// Before it is written: what its file may come to (see [`DiskCache::save`]).
-    estimate: u64,
-    used_at: SystemTime,
-    /// Written yet, and where (see [`writer`]).
-    slot: Arc<Slot>,
-    /// Files a pending entry makes redundant, removed once it is written (see
-    /// [`WriteJob::replaces`]); passed on to a newer entry that supersedes it first.
-    replaces: Vec<PathBuf>,
-}
-
-impl DiskEntry {
-    fn written(&self) -> bool {
-        self.slot.status() == WRITTEN
-    }
-
-    fn pending(&self) -> bool {
-        self.slot.status() == PENDING
-    }
-
-    /// Bytes its file takes (or may take, while it is written).
-    fn file_bytes(&self) -> u64 {
-        if self.written() {
-            self.slot.file_bytes.load(Ordering::Relaxed)
-        } else {
-            self.estimate
-        }
-    }
-
-    /// The entry for the last whole segment of a file whose headers are `index`.
-    fn indexed(path: PathBuf, index: &Index, file_bytes: u64, used_at: SystemTime) -> Self {
-        let deltas = index.segments.len();
-        let (kind, target, drafter) = index.state(deltas);
-        Self {
-            tokens: index.tokens(deltas).into_iter().map(LlamaToken).collect(),
-            kind: kind_from_name(kind),
-            state_bytes: target + drafter,
-            estimate: file_bytes,
-            used_at,
-            slot: Arc::new(Slot::written(deltas as u32, file_bytes)),
-            replaces: Vec::new(),
-            path,
-        }
-    }
-}
-
-/// A file this engine does not use (another model's, or another instance's of this model),
-/// which the budget covers too.
-struct ForeignFile {
-    path: PathBuf,
-    bytes: u64,
-    used_at: SystemTime,
-}
 
 /// Saved states on disk for one model and context.
 pub(crate) struct DiskCache {
@@ -502,15 +445,21 @@ impl DiskCache {
         !self.is_off() && self.writer.flush(limit)
     }
 
+    /// The writer's counters, live.
+    pub(crate) fn counters(&self) -> DiskCounters {
+        self.writer.counters()
+    }
+
     /// What `GET /cache` shows of the disk cache.
     pub(crate) fn status(&self) -> DiskStatus {
+        let counters = self.counters();
         if self.is_off() {
             return DiskStatus {
                 dir: self.dir.clone(),
                 budget_bytes: self.budget,
                 used_bytes: self.used_bytes(),
-                bytes_written: self.writer.counters().bytes_written.load(Ordering::Relaxed),
-                signature_bytes: self.writer.counters().signature_bytes.load(Ordering::Relaxed),
+                bytes_written: counters.bytes_written(),
+                signature_bytes: counters.signature_bytes(),
                 entries: Vec::new(),
                 off: self.off.get().cloned(),
             };
@@ -531,8 +480,8 @@ impl DiskCache {
             dir: self.dir.clone(),
             budget_bytes: self.budget,
             used_bytes: self.used_bytes(),
-            bytes_written: self.writer.counters().bytes_written.load(Ordering::Relaxed),
-            signature_bytes: self.writer.counters().signature_bytes.load(Ordering::Relaxed),
+            bytes_written: counters.bytes_written(),
+            signature_bytes: counters.signature_bytes(),
             entries,
             off: None,
         }

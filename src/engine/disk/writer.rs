@@ -150,6 +150,23 @@ pub(super) struct Counters {
     pub(super) signature_bytes: AtomicU64,
 }
 
+/// A live view of the writer's counters, readable from any thread (`/metrics` reads it
+/// between the inference thread's status updates).
+#[derive(Clone, Debug)]
+pub(crate) struct DiskCounters(Arc<Counters>);
+
+impl DiskCounters {
+    /// Bytes of the bases and segments written so far (headers included).
+    pub(crate) fn bytes_written(&self) -> u64 {
+        self.0.bytes_written.load(Ordering::Relaxed)
+    }
+
+    /// Memory the writer's signatures take now.
+    pub(crate) fn signature_bytes(&self) -> u64 {
+        self.0.signature_bytes.load(Ordering::Relaxed)
+    }
+}
+
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
@@ -176,6 +193,7 @@ impl Writer {
         let weak = Arc::downgrade(&queue);
         let thread_counters = Arc::clone(&counters);
         std::thread::Builder::new().name("firstword-disk-cache".into()).spawn(move || {
+            in_the_background();
             let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(&weak, &thread_counters)));
             if let (Err(panic), Some(queue)) = (served, weak.upgrade()) {
                 let (lock, changed) = &*queue;
@@ -213,8 +231,8 @@ impl Writer {
     }
 
     /// What it has done.
-    pub(super) fn counters(&self) -> &Counters {
-        &self.counters
+    pub(super) fn counters(&self) -> DiskCounters {
+        DiskCounters(Arc::clone(&self.counters))
     }
 
     /// Waits until every queued job is done, at most `limit`; false if some were not (at
@@ -229,6 +247,17 @@ impl Writer {
             }
         }
         state.stopped.is_none()
+    }
+}
+
+/// Lowers the calling thread to the lowest CPU priority (nice 19): the writer's checksums
+/// and deltas (seconds of CPU for a large state) then run while llama.cpp's threads wait,
+/// and take almost nothing from a request being evaluated on a machine with few cores.
+/// Linux only (a thread's own nice value); elsewhere the thread keeps the default.
+fn in_the_background() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
+        tracing::debug!("disk cache: the writer's priority stays as it is: {e}");
     }
 }
 

@@ -224,7 +224,10 @@ impl<'m> Session<'m> {
                 drafter: sequence.drafter_name().into(),
             };
             match open_disk_cache(root, config, model, draft_model, shape, &chat, sequence.shape().whole_only()) {
-                Ok(disk) => sequence.keep_on_disk(disk),
+                Ok(disk) => {
+                    *signals.disk_counters.lock() = Some(disk.counters());
+                    sequence.keep_on_disk(disk);
+                }
                 Err(e) => tracing::warn!("disk cache off: {} cannot be used: {e}", root.display()),
             }
         }

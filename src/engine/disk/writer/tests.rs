@@ -63,13 +63,13 @@ fn a_conversation_s_next_turns_are_appended_as_deltas_and_cost_what_they_added()
     }
     let file = std::fs::metadata(&path).expect("file").len();
     let last = state(24, 2400).len() as u64;
-    let written = writer.counters().bytes_written.load(Ordering::Relaxed);
+    let written = writer.counters().bytes_written();
     assert_eq!(written, file, "every byte written is in the file once");
     // What was added: 400 cells of 24 runs; each delta also carries about a block per run.
     let added = 24 * 400 * 64 + 10 * 24 * 2 * 256;
     assert!(file < base + added as u64 + 10 * 1024, "{file} bytes for a base of {base} and {added} added");
     assert!(file < last * 5 / 4, "{file} bytes for a final state of {last}");
-    let signatures = writer.counters().signature_bytes.load(Ordering::Relaxed);
+    let signatures = writer.counters().signature_bytes();
     assert!(signatures > 0 && signatures < last / 15, "{signatures} bytes of signature for {last}");
 }
 
@@ -209,4 +209,21 @@ fn a_failed_base_keeps_the_file_it_was_to_replace() {
     assert_eq!(slot.status(), WRITTEN);
     assert_eq!(read(&path).1, noise(100_000, 7));
     assert!(!older.exists(), "removed once its successor is in place");
+}
+
+/// The writer's thread runs at nice 19, so its checksums and deltas yield the cores to a
+/// request being evaluated.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_writer_runs_at_the_lowest_priority() {
+    let nice = std::thread::spawn(|| {
+        in_the_background();
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("this thread's stat");
+        // Fields after the name's closing parenthesis, from the third (state); nice is the 19th.
+        let fields: Vec<&str> = stat[stat.rfind(')').expect("name") + 2..].split(' ').collect();
+        fields[16].parse::<i32>().expect("nice")
+    })
+    .join()
+    .expect("thread");
+    assert_eq!(nice, 19);
 }
