@@ -81,7 +81,7 @@ unsafe extern "C" fn log_to_tracing(
     }
     // SAFETY: llama.cpp passes a NUL-terminated message, valid for this call.
     let message = unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy();
-    super::llama_log::log_piece(level as u32, &message);
+    super::llama_log::log_piece(level, &message);
 }
 
 /// The log callback llama.cpp had before [`watch_flash_attention`] put its own in, and what

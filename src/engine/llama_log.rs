@@ -24,13 +24,13 @@ pub(crate) enum LogLevel {
 }
 
 impl LogLevel {
-    /// The level for ggml's number (`ggml.h`: 1 debug … 4 error, 5 continue).
-    pub(crate) fn from_ggml(level: u32) -> Self {
+    /// The level for ggml's (`ggml.h`; none and unknown ones are debug).
+    pub(crate) fn from_ggml(level: llama_cpp_sys_2::ggml_log_level) -> Self {
         match level {
-            2 => Self::Info,
-            3 => Self::Warn,
-            4 => Self::Error,
-            5 => Self::Continue,
+            llama_cpp_sys_2::GGML_LOG_LEVEL_INFO => Self::Info,
+            llama_cpp_sys_2::GGML_LOG_LEVEL_WARN => Self::Warn,
+            llama_cpp_sys_2::GGML_LOG_LEVEL_ERROR => Self::Error,
+            llama_cpp_sys_2::GGML_LOG_LEVEL_CONT => Self::Continue,
             _ => Self::Debug,
         }
     }
@@ -83,7 +83,7 @@ impl LineAssembler {
 static ASSEMBLER: Mutex<LineAssembler> = Mutex::new(LineAssembler { open: None });
 
 /// Logs one piece of a llama.cpp message (called from the C callback in `ffi`). Never panics.
-pub(crate) fn log_piece(level: u32, text: &str) {
+pub(crate) fn log_piece(level: llama_cpp_sys_2::ggml_log_level, text: &str) {
     let lines = match ASSEMBLER.lock() {
         Ok(mut assembler) => assembler.push(LogLevel::from_ggml(level), text),
         Err(poisoned) => poisoned.into_inner().push(LogLevel::from_ggml(level), text),
@@ -131,8 +131,8 @@ mod tests {
             vec![(LogLevel::Warn, "half".into()), (LogLevel::Error, "one".into()), (LogLevel::Error, "two".into())]
         );
         assert_eq!(assembler.push(LogLevel::Continue, "\n"), vec![(LogLevel::Error, "three".into())]);
-        assert_eq!(LogLevel::from_ggml(0), LogLevel::Debug);
-        assert_eq!(LogLevel::from_ggml(99), LogLevel::Debug);
+        assert_eq!(LogLevel::from_ggml(llama_cpp_sys_2::GGML_LOG_LEVEL_NONE), LogLevel::Debug);
+        assert_eq!(LogLevel::from_ggml(llama_cpp_sys_2::GGML_LOG_LEVEL_CONT), LogLevel::Continue);
     }
 
     #[test]

@@ -32,15 +32,15 @@ use llama_cpp_2::token::LlamaToken;
 
 use self::dir::private_dir;
 use self::entry::{DiskEntry, ForeignFile};
-use self::file::{read_index, read_state, temporary_writer, Header, Index, Refusal, EXTENSION};
-use self::writer::{Job, ReadFile, Slot, WriteJob, Writer, CONTINUED, FAILED, PENDING, SUPERSEDED, WRITTEN};
+use self::file::{read_index, read_state, temporary_writer, Header, Refusal, EXTENSION};
+use self::writer::{Job, ReadFile, Slot, WriteJob, Writer, CONTINUED, FAILED, PENDING, SUPERSEDED};
 use super::decoder::SavedState;
 use super::policy::StoredView;
 use super::store::StateBytes;
 use super::{CacheEntryKind, CacheEntryStatus, DiskStatus};
 
 pub(crate) use self::identity::{ContextShape, Fingerprint, ModelIdentity};
-pub(crate) use self::writer::DiskCounters;
+pub(crate) use self::writer::{DiskCounters, WriteHold};
 
 /// Serializes the tests that write files (appends among them) against those that make
 /// appends fail.
@@ -448,6 +448,11 @@ impl DiskCache {
     /// The writer's counters, live.
     pub(crate) fn counters(&self) -> DiskCounters {
         self.writer.counters()
+    }
+
+    /// What makes the writer wait while the engine computes.
+    pub(crate) fn write_hold(&self) -> WriteHold {
+        self.writer.hold()
     }
 
     /// What `GET /cache` shows of the disk cache.

@@ -174,6 +174,26 @@ struct Queue {
     busy: bool,
     /// Why the thread stopped (it panicked); nothing is written any more.
     stopped: Option<String>,
+    /// The engine is computing: the next job waits (see [`WriteHold`]).
+    held: bool,
+}
+
+/// Makes the writer wait between jobs while the engine evaluates a request: on a machine with
+/// few cores its checksums and deltas would slow that request down (a 100 MB state's delta is
+/// a few hundred ms of CPU). A flush is never held: the engine releases the writer first.
+pub(crate) struct WriteHold(Weak<Shared>);
+
+impl WriteHold {
+    /// Holds the writer's next job (`true`) or lets it go on.
+    pub(crate) fn set(&self, held: bool) {
+        if let Some(queue) = self.0.upgrade() {
+            let (lock, changed) = &*queue;
+            lock.lock().held = held;
+            if !held {
+                changed.notify_all();
+            }
+        }
+    }
 }
 
 type Shared = (Mutex<Queue>, Condvar);
@@ -235,6 +255,11 @@ impl Writer {
         DiskCounters(Arc::clone(&self.counters))
     }
 
+    /// What makes the writer wait while the engine computes.
+    pub(super) fn hold(&self) -> WriteHold {
+        WriteHold(Arc::downgrade(&self.queue))
+    }
+
     /// Waits until every queued job is done, at most `limit`; false if some were not (at
     /// once when the thread has stopped, or stops meanwhile).
     pub(super) fn flush(&self, limit: Duration) -> bool {
@@ -271,6 +296,10 @@ fn serve(queue: &Weak<Shared>, counters: &Counters) {
             let mut state = lock.lock();
             state.busy = false;
             changed.notify_all();
+            if state.held {
+                changed.wait_for(&mut state, Duration::from_millis(200));
+                continue;
+            }
             match state.jobs.pop_front() {
                 Some(job) => {
                     state.busy = true;

@@ -13,7 +13,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::disk::{ContextShape, DiskCache, Fingerprint, ModelIdentity};
+use super::disk::{ContextShape, WriteHold};
 use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Contexts, Models};
 use super::policy::Purpose;
@@ -24,18 +24,20 @@ use super::speculation::{DraftDepth, Speculating};
 use super::tokenizer::Tokenizer;
 use super::{
     CacheMiss, CacheReport, CacheSource, Command, ContextOverflow, EngineConfig, EngineError, Event, GenerationRequest,
-    Job, ModelInfo, Prompt, ReasoningFormat, Signals, Timings, Usage, LLAMA_CPP_BUILD,
+    Job, ModelInfo, Prompt, ReasoningFormat, Signals, Timings, Usage,
 };
 use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart, ReasoningSplitter};
 use evaluate::{Evaluated, NextTurn};
 use overflow::{FittedPrompt, LastDrop};
 use parked::Parked;
+use setup::{check_cache_budget, open_disk_cache};
 
 mod evaluate;
 mod faults;
 mod overflow;
 mod parked;
 mod prefill;
+mod setup;
 
 pub(crate) use faults::panic_message;
 
@@ -118,7 +120,12 @@ pub(super) fn run(
         }
         match commands.recv_timeout(Duration::from_millis(100)) {
             Ok(command) => {
-                session.handle_isolated(command)?;
+                // The disk writer waits while a request or prefill runs (not while the engine
+                // waits for it to write).
+                session.hold_disk_writes(!matches!(command, Command::Idle(_)));
+                let handled = session.handle_isolated(command);
+                session.hold_disk_writes(false);
+                handled?;
                 idle_since = Instant::now();
             }
             Err(RecvTimeoutError::Timeout) => session.on_idle(idle_since.elapsed()),
@@ -158,6 +165,8 @@ struct Session<'m> {
     parked: Option<Parked>,
     /// How long parked tokens wait for their request.
     park_for: Duration,
+    /// Holds the disk cache's writer while the engine computes.
+    disk_writes: Option<WriteHold>,
     /// Reply tokens a prefill generates ahead when it does not say.
     pregenerate: u32,
 }
@@ -213,6 +222,7 @@ impl<'m> Session<'m> {
         };
         let chat = ChatFormat::for_model(&facts, config.chat_template_file.as_deref())
             .map_err(|e| EngineError::TemplateSetup(e.to_string()))?;
+        let mut disk_writes = None;
         if let Some(root) = &config.cache_dir {
             let shape = ContextShape {
                 n_ctx: sequence.n_ctx(),
@@ -226,6 +236,7 @@ impl<'m> Session<'m> {
             match open_disk_cache(root, config, model, draft_model, shape, &chat, sequence.shape().whole_only()) {
                 Ok(disk) => {
                     *signals.disk_counters.lock() = Some(disk.counters());
+                    disk_writes = Some(disk.write_hold());
                     sequence.keep_on_disk(disk);
                 }
                 Err(e) => tracing::warn!("disk cache off: {} cannot be used: {e}", root.display()),
@@ -266,6 +277,7 @@ impl<'m> Session<'m> {
             persist_after_idle: config.persist_after_idle,
             parked: None,
             park_for: config.park_for,
+            disk_writes,
             pregenerate: config.pregenerate,
         };
         session.publish_cache_status();
@@ -333,6 +345,14 @@ impl<'m> Session<'m> {
                 tracing::debug!("client left; generation stopped");
                 self.upkeep(None);
             }
+        }
+    }
+
+    /// Makes the disk cache's writer wait (`held`) or go on: its checksums and deltas would
+    /// take a core from the request being evaluated.
+    fn hold_disk_writes(&self, held: bool) {
+        if let Some(hold) = &self.disk_writes {
+            hold.set(held);
         }
     }
 
@@ -531,58 +551,6 @@ fn around(text: &str, offset: usize, chars: usize) -> (&str, &str) {
     let start = head.char_indices().rev().nth(chars.saturating_sub(1)).map_or(0, |(i, _)| i);
     let end = tail.char_indices().nth(chars).map_or(tail.len(), |(i, _)| i);
     (&head[start..], &tail[..end])
-}
-
-/// Opens the disk cache under `root` for this model and context (`whole_only`: see
-/// [`LiveSequence::whole_only`]).
-fn open_disk_cache(
-    root: &std::path::Path,
-    config: &EngineConfig,
-    model: &LlamaModel,
-    draft_model: Option<&LlamaModel>,
-    context: ContextShape,
-    chat: &ChatFormat,
-    whole_only: bool,
-) -> std::io::Result<DiskCache> {
-    let architecture = |model: &LlamaModel| model.meta_val_str("general.architecture").unwrap_or_default();
-    let draft_model = match (draft_model, &config.speculation.draft_model) {
-        (Some(draft), Some(path)) => Some(ModelIdentity::of(path, &architecture(draft))?),
-        _ => None,
-    };
-    let fingerprint = Fingerprint {
-        model: ModelIdentity::of(&config.model_path, &architecture(model))?,
-        draft_model,
-        llama_cpp: LLAMA_CPP_BUILD.to_string(),
-        context,
-        template_hash: Fingerprint::template_hash(chat.template_text()),
-    };
-    let budget = config.cache_disk_mib.saturating_mul(1 << 20);
-    DiskCache::open(root, budget, &config.model_path, fingerprint, whole_only)
-}
-
-/// The state store's budget in MiB: a budget larger than the memory available now is refused,
-/// except the default, which is lowered to half of it (small machines start without a flag).
-fn check_cache_budget(requested_mib: u64) -> Result<u64, EngineError> {
-    match available_memory_mib() {
-        Some(available_mib)
-            if requested_mib > available_mib / 2 && requested_mib == EngineConfig::DEFAULT_CACHE_RAM_MIB =>
-        {
-            tracing::info!(available_mib, "state store budget lowered to half the available memory");
-            Ok(available_mib / 2)
-        }
-        Some(available_mib) if requested_mib > available_mib => {
-            Err(EngineError::CacheBudget { requested_mib, available_mib })
-        }
-        _ => Ok(requested_mib),
-    }
-}
-
-/// `MemAvailable` from `/proc/meminfo`, where there is one.
-fn available_memory_mib() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|line| line.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024)
 }
 
 #[cfg(test)]

@@ -227,3 +227,24 @@ fn the_writer_runs_at_the_lowest_priority() {
     .expect("thread");
     assert_eq!(nice, 19);
 }
+
+/// While the engine holds the writer, a queued file waits (a flush in the meantime times
+/// out and nothing is on disk); released, it is written.
+#[test]
+fn a_held_writer_writes_nothing_until_released() {
+    let _serial = FAILPOINTS.lock();
+    let dir = TempDir::new("writer-held");
+    let path = dir.0.join("a.fwkv");
+    let writer = Writer::start().expect("writer");
+    let hold = writer.hold();
+    hold.set(true);
+    let (job, slot) = job(&path, 100, state(4, 100), Vec::new());
+    writer.push(Job::Write(Box::new(job)));
+    assert!(!writer.flush(Duration::from_millis(500)), "held: not written");
+    assert_eq!(slot.status(), PENDING);
+    assert!(!path.exists());
+    hold.set(false);
+    assert!(writer.flush(Duration::from_secs(30)));
+    assert_eq!(slot.status(), WRITTEN);
+    assert_eq!(read(&path).0.len(), 100);
+}
