@@ -6,7 +6,7 @@ One `firstword serve` with a disk cache in a fresh temporary directory, a ~4K-to
 prompt (the bench's synthetic smart-home facts), TURNS turns (20 by default) of greedy replies
 of at most 32 tokens. After each reply the script waits until the server's written byte count
 (`wchar` in /proc/PID/io: every write() the process made, files, log and sockets alike) has not
-moved for a second, so every turn's write happens (as for a user who reads the reply), then
+moved for 2.5 s (the engine copies the conversation after a second idle), so every turn's write happens (as for a user who reads the reply), then
 prints the bytes written so far, by /proc and, where the server has it, by the
 `firstword_disk_bytes_written_total` counter of /metrics. Then the server is stopped (SIGTERM)
 and started RESTARTS times (3 by default): each start restores the conversation from disk, and
@@ -54,9 +54,10 @@ def written(pid):
 
 
 def settle(pid):
-    """Waits until the process has written nothing for a second; returns its byte count."""
+    """Waits until the process has written nothing for 2.5 s (the engine copies a conversation
+    for the disk cache after a second idle); returns its byte count."""
     last, still = written(pid), 0
-    while still < 5:
+    while still < 13:
         time.sleep(0.2)
         now = written(pid)
         still = still + 1 if now == last else 0
