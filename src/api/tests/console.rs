@@ -30,7 +30,7 @@ async fn text_of(response: Response) -> String {
     String::from_utf8(bytes.to_vec()).expect("UTF-8")
 }
 
-fn header_of<'a>(response: &'a Response, name: header::HeaderName) -> &'a str {
+fn header_of(response: &Response, name: header::HeaderName) -> &str {
     response.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default()
 }
 
