@@ -26,6 +26,7 @@ struct Asset {
     body: &'static str,
 }
 
+/// The content type of the page's script modules.
 const JS: &str = "text/javascript; charset=utf-8";
 
 /// The page's files (ES modules and the style sheet).
@@ -47,6 +48,7 @@ pub(super) fn is_console_file(path: &str) -> bool {
     path == "/" || path.strip_prefix(ASSET_PREFIX).is_some_and(|name| find(name).is_some())
 }
 
+/// The file served as `/console/{name}`.
 fn find(name: &str) -> Option<&'static Asset> {
     ASSETS.iter().find(|asset| asset.name == name)
 }
@@ -64,6 +66,7 @@ pub(super) async fn asset(Path(name): Path<String>) -> Response {
     }
 }
 
+/// `body` with its type and the page's security headers.
 fn served(content_type: &'static str, body: &'static str) -> Response {
     let headers: [(HeaderName, HeaderValue); 5] = [
         (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
