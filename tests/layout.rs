@@ -1,13 +1,14 @@
-//! The README's Layout section names every source file and folder, so it stays the map of the
-//! tree.
+//! The Layout section of docs/architecture.md names every source file and folder, so it stays
+//! the map of the tree.
 
 use std::path::Path;
 
-/// The README's `## Layout` section.
+/// The `## Layout` section of docs/architecture.md.
 fn layout_section() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
-    let start = readme.find("## Layout").expect("a Layout section");
-    let rest = &readme[start + 2..];
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/architecture.md"))
+        .expect("docs/architecture.md");
+    let start = doc.find("## Layout").expect("a Layout section");
+    let rest = &doc[start + 2..];
     rest[..rest.find("\n## ").unwrap_or(rest.len())].to_string()
 }
 
@@ -35,7 +36,7 @@ fn sources(dir: &Path, root: &Path, found: &mut Vec<String>) {
 }
 
 #[test]
-fn the_readme_layout_names_every_source_file_and_folder() {
+fn the_architecture_layout_names_every_source_file_and_folder() {
     let layout = layout_section();
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
     let mut found = Vec::new();
@@ -58,5 +59,5 @@ fn the_readme_layout_names_every_source_file_and_folder() {
             }
         })
         .collect();
-    assert!(missing.is_empty(), "not in the README's Layout section: {missing:?}");
+    assert!(missing.is_empty(), "not in the Layout section of docs/architecture.md: {missing:?}");
 }

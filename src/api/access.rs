@@ -1,6 +1,7 @@
 //! Who may call the API: the host names a request may be addressed to (every route, against DNS
 //! rebinding), API keys (`Authorization: Bearer`, compared in constant time) on every route but
-//! `/health`, and CORS for browser clients of the origins the user named.
+//! `/health` and the console's files (the page asks for the key and sends it with its calls), and
+//! CORS for browser clients of the origins the user named.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -65,10 +66,14 @@ fn bearer(request: &Request) -> Option<&[u8]> {
     scheme.eq_ignore_ascii_case(b"bearer ").then(|| value[7..].trim_ascii())
 }
 
-/// Lets a request through if it presents a key (or none is required, or it asks `/health`);
-/// otherwise answers 401 with the envelope and `WWW-Authenticate: Bearer`.
+/// Lets a request through if it presents a key (or none is required, or it asks `/health` or
+/// gets a file of the console); otherwise answers 401 with the envelope and
+/// `WWW-Authenticate: Bearer`.
 pub(super) async fn require_key(State(keys): State<ApiKeys>, request: Request, next: Next) -> Response {
-    if !keys.required() || request.uri().path() == "/health" {
+    let path = request.uri().path();
+    let open = path == "/health"
+        || (matches!(*request.method(), Method::GET | Method::HEAD) && super::console::is_console_file(path));
+    if !keys.required() || open {
         return next.run(request).await;
     }
     let error = match bearer(&request) {

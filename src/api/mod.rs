@@ -7,6 +7,7 @@ mod answer;
 mod backend;
 mod chat;
 mod completions;
+mod console;
 mod convert;
 mod error;
 mod extract;
@@ -163,6 +164,8 @@ fn router_over(state: Arc<AppState>, options: &ServeOptions) -> Router {
         .route("/v1/responses", post(responses::create_response))
         .route("/responses", post(responses::create_response))
         .route("/v1/responses/{id}", get(responses::get_response).delete(responses::delete_response))
+        .route("/", get(console::page))
+        .route("/console/{name}", get(console::asset))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/apply-template", post(tokenize::apply_template))

@@ -301,6 +301,11 @@ pub(crate) fn chat(messages: &[firstword::ChatMessage]) -> Prompt {
 
 /// Starts a dedicated server over `engine` on 127.0.0.1:0 (for tests needing special settings).
 pub(crate) fn spawn_server(engine: Engine) -> TestServer {
+    spawn_server_with(engine, firstword::api::ServeOptions::default())
+}
+
+/// [`spawn_server`] with these server options (API keys, limits).
+pub(crate) fn spawn_server_with(engine: Engine, options: firstword::api::ServeOptions) -> TestServer {
     let (tx, rx) = std::sync::mpsc::channel();
     let served = engine.clone();
     std::thread::spawn(move || {
@@ -308,7 +313,7 @@ pub(crate) fn spawn_server(engine: Engine) -> TestServer {
         runtime.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
             tx.send(listener.local_addr().expect("addr")).expect("report address");
-            firstword::api::serve(listener, served, std::future::pending()).await.expect("serve");
+            firstword::api::serve_with(listener, served, options, std::future::pending()).await.expect("serve");
         });
     });
     let address = rx.recv().expect("server address");

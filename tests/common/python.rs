@@ -1,5 +1,5 @@
-//! The pinned Python venv of the tests (`scripts/sdk-venv.sh`: the openai SDK, Prometheus's
-//! parser) and running its scripts with a time limit.
+//! The pinned Python venvs of the tests (`scripts/sdk-venv.sh`: the openai SDK, Prometheus's
+//! parser; `scripts/browser-venv.sh`: Playwright) and running their scripts with a time limit.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -7,18 +7,27 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The venv's python, from the last stdout line of `scripts/sdk-venv.sh`.
+/// The SDK venv's python, from the last stdout line of `scripts/sdk-venv.sh`.
 pub(crate) fn sdk_python(root: &Path) -> PathBuf {
-    let output =
-        Command::new("bash").arg("scripts/sdk-venv.sh").current_dir(root).output().expect("bash runs sdk-venv.sh");
+    venv_python(root, "scripts/sdk-venv.sh")
+}
+
+/// The browser venv's python (Playwright), from the last stdout line of `scripts/browser-venv.sh`.
+pub(crate) fn browser_python(root: &Path) -> PathBuf {
+    venv_python(root, "scripts/browser-venv.sh")
+}
+
+/// The python of the venv that `script` creates (or reuses) and names on its last stdout line.
+fn venv_python(root: &Path, script: &str) -> PathBuf {
+    let output = Command::new("bash").arg(script).current_dir(root).output().expect("bash runs the venv script");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "scripts/sdk-venv.sh failed ({}):\n{stdout}\n{}",
+        "{script} failed ({}):\n{stdout}\n{}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    PathBuf::from(stdout.lines().last().expect("sdk-venv.sh prints the python path").trim())
+    PathBuf::from(stdout.lines().last().expect("the venv script prints the python path").trim())
 }
 
 /// Reads a child's pipe to the end on its own thread, so a full pipe never blocks the child.

@@ -3,6 +3,7 @@
 
 mod access;
 mod admission;
+mod console;
 mod fake;
 mod request_log;
 mod router;
