@@ -35,14 +35,14 @@ pub(crate) struct Cut {
 
 /// Whether `prompt` leaves `live` inside its last reply (`reply`: the positions the reply's
 /// evaluated tokens hold), and where: a barge-in's next turn, whose assistant message is cut
-/// to what was spoken. `None` when it leaves before the reply (history changed), at or after
-/// its end (the reply was sent back whole), or not at all.
+/// to what was spoken. `None` when it leaves before the reply or at its first token (history
+/// changed: a reply rewritten, or left out), at or after its end (the reply was sent back
+/// whole), or not at all.
 pub(crate) fn reply_cut(live: &[LlamaToken], reply: Option<(usize, usize)>, prompt: &[LlamaToken]) -> Option<Cut> {
     let (start, end) = reply?;
     let end = end.min(live.len());
     let shared = common_prefix_len(live, prompt);
-    (shared >= start && shared < end && shared < prompt.len())
-        .then_some(Cut { kept: shared - start, held: end - start })
+    (shared > start && shared < end && shared < prompt.len()).then_some(Cut { kept: shared - start, held: end - start })
 }
 
 /// Whether to checkpoint the reply that started at position `reply_start` now that the live
@@ -94,9 +94,9 @@ mod tests {
         // The spoken part: 12 reply tokens, then a word cut short and the next user turn.
         let next = [prompt1.clone(), run(1000, 12), run(5000, 8)].concat();
         assert_eq!(reply_cut(&live, Some((100, 140)), &next), Some(Cut { kept: 12, held: 40 }));
-        // Cut at the reply's very first token.
-        let first = [prompt1.clone(), run(5000, 8)].concat();
-        assert_eq!(reply_cut(&live, Some((100, 140)), &first), Some(Cut { kept: 0, held: 40 }));
+        // After its first token.
+        let first = [prompt1.clone(), run(1000, 1), run(5000, 8)].concat();
+        assert_eq!(reply_cut(&live, Some((100, 140)), &first), Some(Cut { kept: 1, held: 40 }));
     }
 
     #[test]
@@ -104,8 +104,9 @@ mod tests {
         let prompt1 = run(0, 100);
         let live = [prompt1.clone(), run(1000, 40), run(2000, 5)].concat();
         let reply = Some((100, 140));
-        // Before the reply: the history changed.
+        // Before the reply, or at its first token (rewritten): the history changed.
         assert_eq!(reply_cut(&live, reply, &[run(0, 50), run(5000, 8)].concat()), None);
+        assert_eq!(reply_cut(&live, reply, &[prompt1.clone(), run(5000, 8)].concat()), None);
         // The reply sent back whole, then another turn than the anticipated one.
         assert_eq!(reply_cut(&live, reply, &[prompt1.clone(), run(1000, 40), run(5000, 3)].concat()), None);
         // The prompt continues the cache.
@@ -135,10 +136,10 @@ mod tests {
         #[test]
         fn a_cut_reply_restarts_within_one_spacing_of_the_cut(
             prompt_len in 40usize..300,
-            reply_len in 1usize..400,
+            reply_len in 2usize..400,
             cut_at in 0usize..400,
         ) {
-            let cut = cut_at.min(reply_len - 1);
+            let cut = cut_at.clamp(1, reply_len - 1);
             let prompt1 = run(0, prompt_len);
             let live = [prompt1.clone(), run(10_000, reply_len)].concat();
             // The store as the generation left it: the prompt's checkpoint, then the reply's.
