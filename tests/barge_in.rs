@@ -4,9 +4,10 @@
 //! `reply-cut`, `reply_cut` tells where), and its greedy answer equals a fresh context's that
 //! evaluates the same split (the prompt in one go, the kept reply tokens one by one as they
 //! were generated, then the rest), on SmolLM2 (the live cache is cut), gemma-3 (a sliding
-//! window: the live cache is cut where the window before the cut is still held) and the tiny
-//! LFM2 fixture (recurrent: the reply is checkpointed every 32 tokens as it is generated, and
-//! the cut restarts from the newest checkpoint before it).
+//! window: the live cache is cut where the window before the cut is still held; with the small
+//! SWA cache a cut further back restarts from a reply checkpoint) and the tiny LFM2 fixture
+//! (recurrent: the reply is checkpointed every 32 tokens as it is generated, and the cut
+//! restarts from the newest checkpoint before it).
 
 mod common;
 
@@ -162,6 +163,45 @@ fn lfm2_restarts_from_the_newest_reply_checkpoint_before_the_cut() {
     assert!(cache.reused <= up_to_cut, "{cache:?}");
     assert!(cache.reused + REPLY_CHECKPOINT_EVERY > up_to_cut, "the newest checkpoint before the cut: {cache:?}");
     assert_eq!(cache.reused, prompt1.len() as u32 + 64, "the reply's checkpoints are 32 tokens apart: {cache:?}");
+    let fresh = fresh_replayed(&config, &tokens, prompt1.len(), cache.reused as usize, 8);
+    assert_eq!(turn2.text, fresh.text, "the checkpoint changed the answer");
+}
+
+/// gemma-3 with the small SWA cache (`swa_full: false`; batches of 64, so it keeps about a
+/// window and a batch): a long reply leaves a cut near its start behind what the live cache
+/// still holds, and the next turn restarts from the reply's checkpoint before the cut.
+#[test]
+fn the_small_swa_cache_restarts_from_a_reply_checkpoint() {
+    let config = EngineConfig {
+        swa_full: false,
+        batch_size: 64,
+        ubatch_size: 64,
+        cache_min_tokens: 32,
+        ..test_config(gemma3_path())
+    };
+    let engine = Engine::start(config.clone()).expect("gemma-3 loads");
+    let messages = vec![
+        ChatMessage::system(long_system_prompt(900)),
+        ChatMessage::user("Tell me about each of the facts, one by one, in detail."),
+    ];
+    let prompt1 = engine.tokenize_blocking(&Prompt::chat(messages.clone(), Vec::new())).expect("tokens");
+    assert!(prompt1.len() > 900, "the SWA cache dropped the prompt's start: {}", prompt1.len());
+    let reply = interrupted_reply(&engine, &messages, &[106, 1], 360);
+    let kept = 40;
+    let tokenize = |text: &str| engine.tokenize_blocking(&Prompt::Text(text.into())).expect("tokens");
+    let other = tokenize("a<end_of_turn>\n<start_of_turn>user\nStop.<end_of_turn>\n<start_of_turn>model\n");
+    let bos = tokenize("a").len();
+    let mut tokens = prompt1.clone();
+    tokens.extend(reply[..kept].iter().map(|(token, _)| *token));
+    tokens.extend(&other[bos..]);
+    assert_ne!(tokens[prompt1.len() + kept], reply[kept].0, "the prompt leaves the reply at the cut");
+    let turn2 = greedy(&engine, Prompt::Tokens(tokens.clone()), 8);
+    let cache = turn2.timings.cache;
+    eprintln!("turn 2 {:?} {cache:?}", turn2.usage);
+
+    assert_eq!((cache.source, cache.reason), (CacheSource::Checkpoint, Some(CacheMiss::ReplyCut)), "{cache:?}");
+    assert_eq!(cache.reply_cut.map(|cut| cut.kept), Some(kept as u32), "{cache:?}");
+    assert_eq!(cache.reused, prompt1.len() as u32 + 32, "the reply's checkpoint before the cut: {cache:?}");
     let fresh = fresh_replayed(&config, &tokens, prompt1.len(), cache.reused as usize, 8);
     assert_eq!(turn2.text, fresh.text, "the checkpoint changed the answer");
 }
