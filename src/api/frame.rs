@@ -6,7 +6,7 @@ use super::error::ApiError;
 use super::logprobs::ChatLogprobs;
 use super::wire::{
     ChatCompletion, Choice, ChunkChoice, CompletionObject, CompletionTokensDetails, Delta, PromptTokensDetails,
-    ResponseMessage, WireCache, WireTimings, WireUsage,
+    ResponseMessage, WireCache, WireReplyCut, WireTimings, WireUsage,
 };
 use crate::engine::{CacheMiss, CacheReport, Event, Timings, TokenLogprob, Usage};
 
@@ -62,6 +62,7 @@ pub(super) fn wire_cache(cache: CacheReport) -> WireCache {
         save_ms: cache.save.map(ms),
         restore_ms: cache.restore.map(ms),
         adopted: (cache.adopted > 0).then_some(cache.adopted),
+        reply_cut: cache.reply_cut.map(|cut| WireReplyCut { kept: cut.kept, held: cut.held }),
     }
 }
 

@@ -46,6 +46,11 @@ struct StoreLabels {
     store: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ParkingLabels {
+    outcome: &'static str,
+}
+
 /// Every metric firstword exports.
 pub(super) struct Metrics {
     registry: Registry,
@@ -66,6 +71,7 @@ pub(super) struct Metrics {
     cache_budget_bytes: Family<StoreLabels, Gauge>,
     disk_bytes_written: Counter,
     live_tokens: Gauge,
+    parked_generations: Family<ParkingLabels, Counter>,
 }
 
 impl Metrics {
@@ -90,6 +96,7 @@ impl Metrics {
             cache_budget_bytes: Family::default(),
             disk_bytes_written: Counter::default(),
             live_tokens: Gauge::default(),
+            parked_generations: Family::default(),
             registry: Registry::default(),
         };
         registry.register("requests", "Requests answered, by route and HTTP status", metrics.requests.clone());
@@ -129,6 +136,11 @@ impl Metrics {
             metrics.disk_bytes_written.clone(),
         );
         registry.register("live_tokens", "Tokens the live KV sequence holds", metrics.live_tokens.clone());
+        registry.register(
+            "parked_generations",
+            "Parked generations (pregenerated, or a reply whose client left), by outcome: parked, adopted, discarded",
+            metrics.parked_generations.clone(),
+        );
         Self { registry, ..metrics }
     }
 
@@ -199,6 +211,12 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Result<Respon
         metrics.cache_budget_bytes.get_or_create(&store).set(disk.budget_bytes as i64);
         // The writer's own count, taken as it stands (never counted twice by two scrapes).
         metrics.disk_bytes_written.inner().fetch_max(disk.bytes_written, std::sync::atomic::Ordering::Relaxed);
+    }
+    let parking = cache.parking;
+    for (outcome, count) in [("parked", parking.parked), ("adopted", parking.adopted), ("discarded", parking.discarded)]
+    {
+        let counter = metrics.parked_generations.get_or_create(&ParkingLabels { outcome });
+        counter.inner().fetch_max(count, std::sync::atomic::Ordering::Relaxed);
     }
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &metrics.registry)

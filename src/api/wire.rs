@@ -144,6 +144,16 @@ pub(super) struct WireCache {
     /// Reply tokens a prefill generated ahead that this request adopted (absent: none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adopted: Option<u32>,
+    /// Where the prompt cut the reply the cache held (barge-in; absent: it did not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_cut: Option<WireReplyCut>,
+}
+
+/// `timings.cache.reply_cut`: the reply tokens the prompt kept of those the cache held.
+#[derive(Debug, Serialize)]
+pub(super) struct WireReplyCut {
+    pub kept: u32,
+    pub held: u32,
 }
 
 /// `POST /v1/prefill`'s answer.

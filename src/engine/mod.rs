@@ -44,8 +44,8 @@ pub use config::{physical_cores, ContextOverflow, EngineConfig, FlashAttention};
 pub use error::{EngineError, SpeculationError};
 pub use request::{
     CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, Candidate, DiskStatus,
-    DraftStats, Event, FinishReason, GenerationRequest, PrefillReport, Prompt, Timings, TokenLogprob, Usage,
-    MAX_PREGENERATE, MAX_TOP_LOGPROBS,
+    DraftStats, Event, FinishReason, GenerationRequest, ParkingCounts, PrefillReport, Prompt, ReplyCut, Timings,
+    TokenLogprob, Usage, MAX_PREGENERATE, MAX_TOP_LOGPROBS,
 };
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};

@@ -62,13 +62,28 @@ pub(super) struct Reply<'j> {
     reasoning: Option<ReasoningLimit>,
     /// Tokens taken from a parked generation, already in the cache.
     adopted: u32,
-    /// The parked generation this reply adopts, if any.
+    /// The parked generation this reply adopts, while it follows it.
     replay: Option<Replay<'j>>,
+    /// Every token picked with its logits, to park the reply if the client leaves.
+    recording: Option<Recording>,
+}
+
+/// A reply's picked tokens, each with the logits it was picked from (and those of the step
+/// that was next when the reply stopped), kept so that a reply whose client left can be parked
+/// for the same request sent again. Dropped past `most` steps: the logits are large.
+pub(super) struct Recording {
+    /// The picked tokens, in order.
+    pub(super) tokens: Vec<LlamaToken>,
+    /// The logits of each step, one per vocabulary token.
+    pub(super) logits: Vec<Vec<f32>>,
+    /// Most steps recorded.
+    most: usize,
 }
 
 /// Reply tokens a prefill generated ahead (a parked generation), for the request to adopt:
 /// each token with the logits it was picked from, and the logits after the last one unless it
 /// ended the reply. The cache holds the prompt and these tokens.
+#[derive(Clone, Copy)]
 pub(super) struct Replay<'p> {
     /// The parked tokens, in order.
     pub(super) tokens: &'p [LlamaToken],
@@ -107,6 +122,37 @@ impl<'j> Reply<'j> {
             reasoning: None,
             adopted: 0,
             replay: None,
+            recording: None,
+        }
+    }
+
+    /// The reply records its tokens and their logits, up to `most` steps (see [`Recording`]).
+    pub(super) fn with_recording(mut self, most: Option<usize>) -> Self {
+        self.recording = most.map(|most| Recording { tokens: Vec::new(), logits: Vec::new(), most });
+        self
+    }
+
+    /// What the reply recorded (none past its limit, or when it did not record).
+    pub(super) fn take_recording(&mut self) -> Option<Recording> {
+        self.recording.take()
+    }
+
+    /// Whether the reply still follows the parked generation it adopted (it has not parted
+    /// ways with it): the cache then holds all of the parked tokens.
+    pub(super) fn replaying(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    /// Records the logits of step `step` (once per step).
+    fn record_logits(&mut self, step: usize, logits: Logits<'_, '_>) {
+        let Some(recording) = self.recording.as_mut() else { return };
+        if recording.logits.len() != step {
+            return;
+        }
+        if step >= recording.most {
+            self.recording = None;
+        } else {
+            recording.logits.push(logits.values().to_vec());
         }
     }
 
@@ -187,7 +233,6 @@ impl<'j> Reply<'j> {
         speculating: &mut Speculating<'_>,
         mut logits_index: i32,
     ) -> Result<FinishReason, Halt> {
-        let mut replay = self.replay.take();
         let vocab = tokenizer.model().vocab();
         let mut utf8 = Utf8Stream::default();
         let mut stops = StopMatcher::new(&request.stop);
@@ -219,6 +264,13 @@ impl<'j> Reply<'j> {
             if self.tokens >= self.limit {
                 break FinishReason::Length;
             }
+            let step = self.tokens as usize;
+            let logits = match self.replay.and_then(|replay| replay.logits.get(step)) {
+                Some(saved) => Logits::Saved(saved),
+                None => Logits::Context(sequence.target(), logits_index),
+            };
+            // Before the client is checked: a reply parked when it left needs the next logits.
+            self.record_logits(step, logits);
             still_wanted(self.shutting_down, self.events)?;
             if self.finish_requested.load(Ordering::Relaxed) {
                 break FinishReason::Stop;
@@ -230,11 +282,6 @@ impl<'j> Reply<'j> {
                     forced = Some(vocab.tokenize(format.forced_close.as_bytes(), false, true).into());
                 }
             }
-            let step = self.tokens as usize;
-            let logits = match replay.as_ref().and_then(|replay| replay.logits.get(step)) {
-                Some(saved) => Logits::Saved(saved),
-                None => Logits::Context(sequence.target(), logits_index),
-            };
             let token = match forced.as_mut().and_then(VecDeque::pop_front) {
                 Some(token) => {
                     picker.force(token)?;
@@ -242,6 +289,9 @@ impl<'j> Reply<'j> {
                 }
                 None => picker.pick(logits)?,
             };
+            if let Some(recording) = self.recording.as_mut() {
+                recording.tokens.push(token);
+            }
             if vocab.is_eog(token) {
                 break FinishReason::Stop;
             }
@@ -268,7 +318,7 @@ impl<'j> Reply<'j> {
             if self.tokens >= self.limit || evaluated >= n_ctx {
                 break FinishReason::Length;
             }
-            if let Some(parked) = replay.as_ref() {
+            if let Some(parked) = self.replay {
                 if parked.tokens.get(step) == Some(&token) {
                     // Parked and evaluated already.
                     self.adopted += 1;
@@ -278,10 +328,11 @@ impl<'j> Reply<'j> {
                 if !sequence.cut(parked.prompt_len + step) {
                     return Err(Halt::Failed(EngineError::Decode("the parked tokens could not be cut".into())));
                 }
-                replay = None;
+                self.replay = None;
             }
             let room = ((self.limit - self.tokens) as usize).min(n_ctx - evaluated) - 1;
             logits_index = speculating.advance(sequence, token, room)?;
+            sequence.checkpoint_reply();
         };
         // Release what was held back: an unfinished character, text that looked like a stop.
         let rest = utf8.finish();

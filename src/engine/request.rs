@@ -151,6 +151,19 @@ pub struct CacheReport {
     /// Reply tokens a prefill generated ahead (a parked generation) that this request adopted:
     /// they were sent at once, without evaluating anything.
     pub adopted: u32,
+    /// Where the prompt cut the reply the cache held (a barge-in's next turn), if it did.
+    pub reply_cut: Option<ReplyCut>,
+}
+
+/// Where a prompt left the cache inside the reply it held: the next turn after a barge-in,
+/// whose assistant message is cut to what was spoken. Everything up to the cut is kept (on
+/// models whose cache cannot be cut there, up to the newest checkpoint before it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplyCut {
+    /// Reply tokens the prompt keeps before it leaves the reply.
+    pub kept: u32,
+    /// Reply tokens the cache held.
+    pub held: u32,
 }
 
 /// Where a prompt's reused tokens came from.
@@ -193,6 +206,8 @@ pub enum CacheMiss {
     CannotRewind,
     /// An entry that would have served the prompt was evicted to stay within the budget.
     Evicted,
+    /// The prompt cut the reply the cache held (barge-in; where: [`CacheReport::reply_cut`]).
+    ReplyCut,
 }
 
 impl CacheMiss {
@@ -209,6 +224,7 @@ impl CacheMiss {
             Self::SwaWindow => "swa-window",
             Self::CannotRewind => "cannot-rewind",
             Self::Evicted => "evicted",
+            Self::ReplyCut => "reply-cut",
         }
     }
 }
@@ -243,6 +259,21 @@ pub struct CacheStatus {
     pub entries: Vec<CacheEntryStatus>,
     /// The disk cache, when on.
     pub disk: Option<DiskStatus>,
+    /// Parked generations since the engine started.
+    pub parking: ParkingCounts,
+}
+
+/// What became of parked generations (a prefill's pregenerated tokens, the reply of a client
+/// that left) since the engine started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ParkingCounts {
+    /// Generations parked.
+    pub parked: u64,
+    /// Parked generations a request adopted.
+    pub adopted: u64,
+    /// Parked generations dropped: another request or a newer prefill came, or the park time
+    /// ran out.
+    pub discarded: u64,
 }
 
 /// What the disk cache holds.

@@ -74,6 +74,7 @@ pub(super) const CACHE: CacheReport = CacheReport {
     save: None,
     restore: Some(std::time::Duration::from_millis(2)),
     adopted: 0,
+    reply_cut: None,
 };
 
 pub(super) fn finished(reason: FinishReason) -> Event {

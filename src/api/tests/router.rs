@@ -174,6 +174,7 @@ async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
             entries: vec![CacheEntryStatus { kind: CacheEntryKind::Snapshot, tokens: 1300, bytes: 7 << 20, last_used }],
             off: None,
         }),
+        ..CacheStatus::default()
     };
     let (status, view) = call(&Arc::new(engine), Method::GET, "/cache", Body::empty()).await;
     assert_eq!(status, StatusCode::OK);

@@ -12,6 +12,8 @@
 //! - [`same_conversation`]: whether a live sequence is an older form of a conversation that was
 //!   shortened by its oldest turns (nothing will continue it).
 //! - [`RestoreCosts`]: when a file is worth reading rather than prefilling what it holds.
+//! - [`reply_cut`] and [`reply_checkpoint_due`]: a next turn that cuts the reply (barge-in),
+//!   and the checkpoints inside a reply that serve it where the live cache cannot be cut.
 
 use llama_cpp_2::token::LlamaToken;
 
@@ -19,8 +21,11 @@ use super::prefix::{common_prefix_len, plan_reuse, window_covers};
 use super::store::usable;
 use super::CacheMiss;
 
+mod reply;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use reply::{reply_checkpoint_due, reply_cut, Cut};
 
 /// How many more prompt tokens a RAM entry must spare than the live sequence before it is
 /// restored: a restore copies the whole state (a few ms for thousands of tokens of a small

@@ -49,6 +49,9 @@ pub(crate) struct LiveSequence<'m> {
     origin: CacheSource,
     /// Measured costs of disk restores and prefills, for the policy's disk margin.
     costs: RestoreCosts,
+    /// The positions of the reply generated after the last prompt (its evaluated tokens), so
+    /// a next turn that cuts it is explained and, where the cache cannot be cut, checkpointed.
+    reply: Option<(usize, usize)>,
 }
 
 /// What reusing the cache did for one prompt.
@@ -67,6 +70,8 @@ pub(crate) struct Reuse {
     pub(crate) save: Option<Duration>,
     /// Time spent restoring a stored state.
     pub(crate) restore: Option<Duration>,
+    /// Where the prompt cut the reply the live sequence held (barge-in), if it did.
+    pub(crate) reply_cut: Option<policy::Cut>,
 }
 
 impl<'m> LiveSequence<'m> {
@@ -93,6 +98,7 @@ impl<'m> LiveSequence<'m> {
             disk: None,
             origin: CacheSource::Live,
             costs: RestoreCosts::default(),
+            reply: None,
         }
     }
 
@@ -151,6 +157,7 @@ impl<'m> LiveSequence<'m> {
             return false;
         }
         self.cached.truncate(keep);
+        self.reply = self.reply.filter(|&(start, _)| keep > start).map(|(start, end)| (start, end.min(keep)));
         // A rollback is single-use until the next batch.
         self.rewindable = 0;
         true
@@ -162,6 +169,7 @@ impl<'m> LiveSequence<'m> {
         self.decoder.clear();
         self.cached.clear();
         self.rewindable = 0;
+        self.reply = None;
     }
 
     /// Evaluates tokens at the next cache positions and records them as cached; returns the
@@ -178,6 +186,9 @@ impl<'m> LiveSequence<'m> {
         }
         self.cached.extend_from_slice(tokens);
         self.rewindable = (tokens.len() - 1).min(self.rs_snapshots);
+        if let (BatchKind::Generated, Some((_, end))) = (kind, self.reply.as_mut()) {
+            *end = self.cached.len();
+        }
         Ok(tokens.len() as i32 - 1)
     }
 
@@ -315,9 +326,25 @@ impl<'m> LiveSequence<'m> {
         self.decoder.settle(accepted);
     }
 
-    /// A new reply starts (an MTP drafter begins it with the cache as its history).
-    pub(crate) fn begin_reply(&mut self) {
+    /// A new reply starts after the first `prompt_len` tokens the cache holds (the rest, if
+    /// any, a parked generation it adopts). An MTP drafter begins it with the cache as its
+    /// history.
+    pub(crate) fn begin_reply(&mut self, prompt_len: usize) {
+        self.reply = Some((prompt_len.min(self.cached.len()), self.cached.len()));
         self.decoder.begin_reply();
+    }
+
+    /// After a reply token was evaluated: checkpoints the reply where the cache policy says a
+    /// later cut inside it could not be served from the live cache
+    /// ([`policy::reply_checkpoint_due`]). Not while drafts are pending (speculative decoding):
+    /// the cache then holds tokens not picked yet.
+    pub(crate) fn checkpoint_reply(&mut self) {
+        let Some((start, _)) = self.reply else { return };
+        if !self.speculates()
+            && policy::reply_checkpoint_due(self.shape, self.takes_checkpoints(), self.view(), start, self.min_save)
+        {
+            self.save_checkpoint();
+        }
     }
 
     /// Tokens the drafter evaluated to follow the cache since the last call.

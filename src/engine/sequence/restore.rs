@@ -37,6 +37,7 @@ impl LiveSequence<'_> {
     /// token of `tokens` is left to evaluate, so its logits are fresh.
     pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken], derivation: Derivation<'_>) -> Reuse {
         self.save_pending_checkpoint();
+        let reply_cut = policy::reply_cut(&self.cached, self.reply.take(), tokens);
         let mut origin = std::mem::replace(&mut self.origin, CacheSource::Live);
         let mut displaced: Option<(Vec<LlamaToken>, SavedState)> = None;
         let mut save = None;
@@ -59,6 +60,7 @@ impl LiveSequence<'_> {
                 obstacle: plan.obstacle,
                 save,
                 restore: None,
+                reply_cut,
             };
             let outcome = match plan.source {
                 Source::Live => {
@@ -91,7 +93,15 @@ impl LiveSequence<'_> {
         }
         let reuse = reuse.unwrap_or_else(|| {
             self.clear();
-            Reuse { keep: 0, source: CacheSource::None, diverged_at: None, obstacle: None, save, restore: None }
+            Reuse {
+                keep: 0,
+                source: CacheSource::None,
+                diverged_at: None,
+                obstacle: None,
+                save,
+                restore: None,
+                reply_cut: None,
+            }
         });
         if let Some((held, state)) = displaced {
             self.keep_displaced(held, state);
@@ -209,6 +219,7 @@ impl LiveSequence<'_> {
     /// every restore, from RAM, a checkpoint or disk, comes through here.
     pub(super) fn adopt(&mut self, tokens: Vec<LlamaToken>, state: &SavedState) -> Result<(), String> {
         self.rewindable = 0;
+        self.reply = None;
         self.checkpoint_pending = false;
         let adopted = if self.decoder.restore(state) {
             let last = self.decoder.target().kv_cache_seq_pos_max(0);

@@ -138,6 +138,7 @@ impl Session<'_> {
             save: None,
             restore: None,
             adopted: 0,
+            reply_cut: None,
         };
         Ok(Evaluated {
             cached: prompt_tokens,
@@ -205,9 +206,10 @@ impl Session<'_> {
         self.publish_cache_status();
     }
 
-    /// With nothing to do for `idle`: copies the conversation for the disk cache once the
-    /// engine has been idle long enough after a reply.
+    /// With nothing to do for `idle`: drops parked tokens past their time, and copies the
+    /// conversation for the disk cache once the engine has been idle long enough after a reply.
     pub(super) fn on_idle(&mut self, idle: Duration) {
+        self.expire_parked();
         if self.persist_due && idle >= self.persist_after_idle {
             self.persist_now();
         }

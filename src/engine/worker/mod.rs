@@ -19,20 +19,22 @@ use super::load::{create_decoder, Contexts, Models};
 use super::policy::Purpose;
 use super::reply::{Halt, ReasoningLimit, Reply};
 use super::sampling::TokenPicker;
-use super::sequence::{LiveSequence, Reuse};
+use super::sequence::LiveSequence;
 use super::speculation::{DraftDepth, Speculating};
 use super::tokenizer::Tokenizer;
 use super::{
-    CacheMiss, CacheReport, CacheSource, Command, ContextOverflow, EngineConfig, EngineError, Event, GenerationRequest,
-    Job, ModelInfo, Prompt, ReasoningFormat, Signals, Timings, Usage,
+    CacheStatus, Command, ContextOverflow, EngineConfig, EngineError, Event, GenerationRequest, Job, ModelInfo,
+    ParkingCounts, Prompt, ReasoningFormat, Signals, Timings, Usage,
 };
-use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, PromptPart, ReasoningSplitter};
+use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, ReasoningSplitter};
 use evaluate::{Evaluated, NextTurn};
+use explain::PromptParts;
 use overflow::{FittedPrompt, LastDrop};
 use parked::Parked;
 use setup::{check_cache_budget, open_disk_cache};
 
 mod evaluate;
+mod explain;
 mod faults;
 mod overflow;
 mod parked;
@@ -169,6 +171,8 @@ struct Session<'m> {
     disk_writes: Option<WriteHold>,
     /// Reply tokens a prefill generates ahead when it does not say.
     pregenerate: u32,
+    /// What became of parked generations, for the cache status.
+    parking: ParkingCounts,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -279,6 +283,7 @@ impl<'m> Session<'m> {
             park_for: config.park_for,
             disk_writes,
             pregenerate: config.pregenerate,
+            parking: ParkingCounts::default(),
         };
         session.publish_cache_status();
         Ok((session, info))
@@ -358,7 +363,7 @@ impl<'m> Session<'m> {
 
     /// Publishes what the cache holds for [`super::Engine::cache_status`].
     fn publish_cache_status(&self) {
-        *self.signals.cache_status.lock() = self.sequence.status();
+        *self.signals.cache_status.lock() = CacheStatus { parking: self.parking, ..self.sequence.status() };
     }
 
     /// One request's steps, up to its complete reply: tokenize, check the limits, reuse the
@@ -374,8 +379,7 @@ impl<'m> Session<'m> {
         let fitted = self.fit_prompt(prompt, landmarks, request)?;
         let prompt_tokens = fitted.tokens.len() as u32;
         let (picker, reasoning, reasoning_opened) = self.reply_picker(request, fitted.text.as_deref())?;
-        let parked =
-            self.parked.take().filter(|parked| parked.adoptable(&fitted.tokens, self.sequence.tokens(), self.park_for));
+        let parked = self.take_parked(&fitted.tokens);
         let Evaluated { cached, logits_index, mut cache, time: prompt_time, .. } = match &parked {
             Some(_) => self.adopt_parked(&fitted, events, reasoning_opened)?,
             None => self.evaluate_prompt(&fitted, Purpose::Reply, events, reasoning_opened)?,
@@ -388,9 +392,10 @@ impl<'m> Session<'m> {
         let budget = request.reasoning_budget.or(self.reasoning_budget);
         let mut reply = Reply::new(events, finish_requested, shutting_down, limit)
             .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget }))
-            .with_replay(parked.as_ref().map(Parked::replay));
+            .with_replay(parked.as_ref().map(Parked::replay))
+            .with_recording(self.recorded_steps());
         let mut speculating = Speculating::new(&mut self.depth);
-        self.sequence.begin_reply();
+        self.sequence.begin_reply(fitted.tokens.len());
         let outcome =
             reply.generate(&self.tokenizer, request, picker, &mut self.sequence, &mut speculating, logits_index);
         cache.adopted = reply.adopted();
@@ -398,7 +403,17 @@ impl<'m> Session<'m> {
             // The reply itself is complete; only the cache for the next turn is lost.
             tracing::warn!("{e}");
         }
-        let reason = outcome?;
+        let reason = match outcome {
+            Ok(reason) => reason,
+            Err(Halt::Cancelled) => {
+                // The client left: what it was given stays parked for the same request again.
+                let left = (reply.replaying(), reply.take_recording());
+                drop(reply);
+                self.park_left(&fitted.tokens, parked, left);
+                return Err(Halt::Cancelled);
+            }
+            Err(halt) => return Err(halt),
+        };
         let usage = Usage {
             prompt_tokens,
             cached_tokens,
@@ -410,52 +425,6 @@ impl<'m> Session<'m> {
         let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed(), draft, cache };
         let finished = Event::Finished { reason, usage, timings };
         Ok(CompletedReply { finished, text: reply.into_text(), prompt_text, shortened, reasoning_opened })
-    }
-
-    /// What the cache did for `tokens`, and why it did not serve more: the part of the prompt
-    /// where it diverged from what the cache held, when nothing else stopped it.
-    fn explain(&self, reuse: &Reuse, tokens: &[LlamaToken], parts: PromptParts<'_>) -> CacheReport {
-        let reason = match reuse.source {
-            CacheSource::Ram | CacheSource::Disk => Some(CacheMiss::Restored),
-            CacheSource::Checkpoint => Some(CacheMiss::Checkpoint),
-            CacheSource::Live | CacheSource::None => {
-                reuse.obstacle.or_else(|| reuse.diverged_at.and_then(|at| self.diverged_in(tokens, at, parts)))
-            }
-        };
-        CacheReport {
-            adopted: 0,
-            source: reuse.source,
-            reused: reuse.keep as u32,
-            prefilled: (tokens.len() - reuse.keep) as u32,
-            diverged_at: reuse.diverged_at.map(|at| at as u32),
-            reason,
-            save: reuse.save,
-            restore: reuse.restore,
-        }
-    }
-
-    /// Why a prompt that departs from the cache at token `at` did: it is shorter, or it
-    /// changed inside its first message or an earlier turn (`None`: in its newest turn).
-    fn diverged_in(&self, tokens: &[LlamaToken], at: usize, parts: PromptParts<'_>) -> Option<CacheMiss> {
-        if at >= tokens.len() {
-            return Some(CacheMiss::PromptShorter);
-        }
-        let text = parts.text?;
-        let vocab = self.model.vocab();
-        let mut offset: usize = tokens[..at].iter().map(|&t| vocab.token_to_piece(t, true, None).len()).sum();
-        // A BOS the tokenizer added is not in the text.
-        if self.added_bos(tokens, text) > 0 {
-            offset = offset.saturating_sub(vocab.token_to_piece(tokens[0], true, None).len());
-        }
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            let (before, after) = around(text, offset, 20);
-            tracing::debug!(at, offset, before, after, "the prompt leaves the cache here");
-        }
-        match parts.landmarks.part_at(offset) {
-            PromptPart::FirstMessage => Some(CacheMiss::SystemPromptChanged),
-            PromptPart::History => Some(CacheMiss::HistoryChanged),
-            PromptPart::NewestTurn => None,
-        }
     }
 
     /// The most tokens a reply to `prompt_tokens` may have: the request's `max_tokens`, else
@@ -530,40 +499,5 @@ impl<'m> Session<'m> {
         if anticipated {
             self.sequence.extend_to(&canonical);
         }
-    }
-}
-
-/// A rendered prompt's text and where its parts lie (no text for token prompts).
-#[derive(Clone, Copy)]
-struct PromptParts<'t> {
-    text: Option<&'t str>,
-    landmarks: Landmarks,
-}
-
-/// Up to `chars` characters of `text` before and after byte `offset` (moved back to a
-/// character boundary).
-fn around(text: &str, offset: usize, chars: usize) -> (&str, &str) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let (head, tail) = text.split_at(offset);
-    let start = head.char_indices().rev().nth(chars.saturating_sub(1)).map_or(0, |(i, _)| i);
-    let end = tail.char_indices().nth(chars).map_or(tail.len(), |(i, _)| i);
-    (&head[start..], &tail[..end])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::around;
-
-    #[test]
-    fn around_takes_whole_characters_on_both_sides() {
-        assert_eq!(around("hello world", 5, 3), ("llo", " wo"));
-        assert_eq!(around("ab", 1, 20), ("a", "b"));
-        assert_eq!(around("ab", 99, 2), ("ab", ""));
-        // Byte 2 is inside 'é' (bytes 1..3): moved back to its start.
-        assert_eq!(around("aébc", 2, 1), ("a", "é"));
-        assert_eq!(around("", 0, 5), ("", ""));
     }
 }

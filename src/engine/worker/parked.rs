@@ -1,6 +1,9 @@
 //! Parked generations: reply tokens a prefill generates after its prompt (`pregenerate`), with
 //! the request's own sampler, while the user is still speaking or the voice pipeline waits out
-//! the end-of-turn silence. The request that follows with the same prompt adopts them: its own
+//! the end-of-turn silence; and the tokens a request had generated when its client left (a
+//! preemptive request cancelled on a changed transcript, a retry), which stay parked as they
+//! are (nothing more is generated for them). The request that follows with the same prompt
+//! adopts them: its own
 //! sampler picks each parked token again from the logits it was picked from (so the reply is
 //! the one it would have produced alone: same grammar, seed, penalties), and as long as it picks
 //! the same ones nothing is evaluated; where it parts ways, the rest leaves the cache. Any other
@@ -15,7 +18,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::overflow::FittedPrompt;
 use super::Session;
 use crate::engine::decoder::BatchKind;
-use crate::engine::reply::Replay;
+use crate::engine::reply::{Recording, Replay};
 use crate::engine::sampling::Logits;
 use crate::engine::{Event, GenerationRequest};
 
@@ -61,6 +64,77 @@ impl Parked {
 }
 
 impl Session<'_> {
+    /// How many steps a reply records to be parked if its client leaves: none where nothing is
+    /// parked (speculative decoding, recurrent state, no park time), else as many as the
+    /// logits budget holds.
+    pub(super) fn recorded_steps(&self) -> Option<usize> {
+        let parks = !self.sequence.speculates() && !self.sequence.shape().recurrent && !self.park_for.is_zero();
+        let per_token = (self.model.n_vocab().max(1) as usize) * std::mem::size_of::<f32>();
+        parks.then_some(MAX_PARKED_LOGIT_BYTES / per_token)
+    }
+
+    /// A reply to `prompt` whose client left: parks what the cache holds of it for the same
+    /// request sent again. `adopted` is the parked generation it adopted, whole again in the
+    /// cache if the reply still followed it (`left.0`); else the reply's recording (`left.1`)
+    /// holds its tokens and logits. Nothing is parked where the recording stopped short of what
+    /// the cache holds.
+    pub(super) fn park_left(
+        &mut self,
+        prompt: &[LlamaToken],
+        adopted: Option<Parked>,
+        left: (bool, Option<Recording>),
+    ) {
+        let parked = match (adopted, left) {
+            (Some(parked), (true, _)) => Some(parked),
+            (_, (false, Some(Recording { mut tokens, mut logits, .. }))) => {
+                let cached = self.sequence.tokens();
+                let n = cached.len().saturating_sub(prompt.len());
+                let whole = cached.starts_with(prompt)
+                    && tokens.len() >= n
+                    && logits.len() > n
+                    && cached[prompt.len()..] == tokens[..n];
+                tokens.truncate(n);
+                logits.truncate(n + 1);
+                whole.then(|| Parked { prompt: prompt.to_vec(), tokens, logits, ended: false, at: Instant::now() })
+            }
+            _ => None,
+        };
+        if let Some(mut parked) = parked {
+            tracing::debug!(tokens = parked.tokens.len(), "the reply of a client that left is parked");
+            parked.at = Instant::now();
+            self.parked = Some(parked);
+            self.parking.parked += 1;
+        }
+    }
+
+    /// The parked generation, for a request whose prompt is `prompt`: adopted if it can be,
+    /// else discarded.
+    pub(super) fn take_parked(&mut self, prompt: &[LlamaToken]) -> Option<Parked> {
+        let parked = self.parked.take()?;
+        if parked.adoptable(prompt, self.sequence.tokens(), self.park_for) {
+            self.parking.adopted += 1;
+            Some(parked)
+        } else {
+            self.parking.discarded += 1;
+            None
+        }
+    }
+
+    /// Discards the parked generation, if any (a newer prefill came).
+    pub(super) fn discard_parked(&mut self) {
+        if self.parked.take().is_some() {
+            self.parking.discarded += 1;
+        }
+    }
+
+    /// Drops parked tokens older than the park time (their memory, at idle).
+    pub(super) fn expire_parked(&mut self) {
+        if self.parked.as_ref().is_some_and(|parked| parked.at.elapsed() > self.park_for) {
+            self.discard_parked();
+            self.publish_cache_status();
+        }
+    }
+
     /// After a prefill evaluated all of `fitted`'s prompt (its last token's logits at
     /// `index`): generates up to `n` reply tokens with the request's sampler and parks them.
     /// Stops at the end of the reply, the request's token limit, a request waiting behind, a
@@ -75,7 +149,7 @@ impl Session<'_> {
         n: u32,
         events: &UnboundedSender<Event>,
     ) -> u32 {
-        self.parked = None;
+        self.discard_parked();
         if n == 0 || self.sequence.speculates() || self.sequence.shape().recurrent {
             return 0;
         }
@@ -125,6 +199,7 @@ impl Session<'_> {
         if count > 0 {
             parked.at = Instant::now();
             self.parked = Some(parked);
+            self.parking.parked += 1;
         }
         count
     }

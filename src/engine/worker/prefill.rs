@@ -53,7 +53,7 @@ impl Session<'_> {
         let Job { prompt, landmarks, request, events, report: report_to, .. } = job;
         let Some(report_to) = report_to else { return };
         // A newer partial transcript: what the last one generated ahead is of no use now.
-        self.parked = None;
+        self.discard_parked();
         match self.prefill_steps(prompt, landmarks, &request, &events, Purpose::Partial) {
             Ok(report) => {
                 self.sequence.save_pending_checkpoint();
