@@ -244,8 +244,12 @@ impl StreamRead {
 pub(super) enum CancelAt {
     /// After this many deltas with content.
     Deltas(u64),
-    /// Once the content holds a complete sentence.
-    FirstSentence,
+    /// Once the content holds a complete sentence, or after this many deltas without one
+    /// (the user interrupts a long first sentence).
+    FirstSentence {
+        /// Deltas after which the reply is cancelled without a complete sentence.
+        or_deltas: u64,
+    },
 }
 
 /// Streams `body` until `at`, then drops the connection, as a client that cancels does.
@@ -273,7 +277,9 @@ pub(super) async fn send_cancelled(
         }
         let reached = match at {
             CancelAt::Deltas(n) => stream.deltas >= n,
-            CancelAt::FirstSentence => sentence_complete(&stream.reply.content),
+            CancelAt::FirstSentence { or_deltas } => {
+                sentence_complete(&stream.reply.content) || stream.deltas >= or_deltas
+            }
         };
         if reached {
             let ttft = stream.first.map_or(0.0, ms);

@@ -43,8 +43,9 @@ pub enum Scenario {
     /// client (connection dropped) after its first tokens, and sent again after the end-of-turn
     /// pause (LiveKit's preemptive generation): the row is the request sent again.
     Preemptive,
-    /// Barge-in: a reply cancelled after its first sentence (the user interrupted); the row is
-    /// the next turn, whose history carries the reply cut to what was spoken.
+    /// Barge-in: a reply cancelled after its first sentence (or its first 12 deltas, without
+    /// one: the user interrupted); the row is the next turn, whose history carries the reply
+    /// cut to what was spoken.
     BargeIn,
     /// R: the conversation's next turn after the server was restarted (by the target's
     /// restart command), the last scenario of a repetition.

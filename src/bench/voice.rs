@@ -31,6 +31,10 @@ const WORD_TIME: Duration = Duration::from_millis(400);
 /// Deltas the preemptive request streams before the client cancels it.
 const PREEMPTIVE_DELTAS: u64 = 3;
 
+/// Deltas after which the barge-in's reply is interrupted when its first sentence has not
+/// ended yet.
+const BARGE_IN_DELTAS: u64 = 12;
+
 /// The partial transcripts a recogniser sends while `utterance` is spoken, one per word: all
 /// of it (the final transcript is the last partial one), or, when `final_adds_word`, all but
 /// the last word (which the final transcript adds).
@@ -119,8 +123,9 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         messages.push(json!({"role": "assistant", "content": reply.content}));
     }
 
-    /// Barge-in: a reply cancelled once its first sentence is out (the user interrupted it);
-    /// the next turn's history carries the reply cut to that sentence, the part spoken. The
+    /// Barge-in: a reply cancelled once its first sentence is out, or after
+    /// [`BARGE_IN_DELTAS`] deltas without one (the user interrupted it); the next turn's
+    /// history carries the reply cut to that sentence (or to what came), the part spoken. The
     /// row is that next turn.
     async fn barge_in(&mut self, messages: &mut Vec<Value>, turn: u32) {
         let base = base(&self.target.url).to_string();
@@ -128,7 +133,8 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         // Room for a few sentences: the cancel comes after the first.
         let body = self.body(messages, self.config.turn_tokens.max(96), true);
         let mut row = self.row(Scenario::BargeIn, turn);
-        let spoken = match send_cancelled(self.client, &base, &body, CancelAt::FirstSentence).await {
+        let at = CancelAt::FirstSentence { or_deltas: BARGE_IN_DELTAS };
+        let spoken = match send_cancelled(self.client, &base, &body, at).await {
             Ok((content, ttft)) => {
                 row.cancelled_ttft_ms = Some(ttft);
                 spoken_part(&content).to_string()
