@@ -153,7 +153,7 @@ proptest! {
         conversation_case(smollm2(), &format!("You are helpful. {system}"), &steps)?;
     }
 
-    /// gemma-3 (SentencePiece, thousands of special tokens, Gemma turns).
+    /// gemma-3 (SentencePiece, Gemma turns; `\n` is one of its special tokens).
     #[test]
     fn gemma3_incremental_tokens_equal_whole_tokenization(
         system in text(),
