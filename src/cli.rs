@@ -458,6 +458,17 @@ pub(crate) struct BenchArgs {
     /// Per-request timeout in seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
+    /// The voice scenarios' end-of-turn pause, ms: silence after the last word before the
+    /// final request (what a voice pipeline's VAD waits).
+    #[arg(long = "vad-ms", default_value_t = BenchConfig::DEFAULT_VAD.as_millis() as u64)]
+    pub vad_ms: u64,
+    /// Reply tokens each prefill of the spoken scenarios asks to generate ahead (`pregenerate`).
+    #[arg(long = "pregenerate", default_value_t = BenchConfig::DEFAULT_PREGENERATE)]
+    pub pregenerate: u32,
+    /// Keep this many cores busy for the whole run (a spinning thread each, pinned nowhere):
+    /// measures the servers next to other work.
+    #[arg(long = "busy-cores", default_value_t = 0)]
+    pub busy_cores: u32,
 }
 
 impl BenchArgs {
@@ -490,6 +501,9 @@ impl BenchArgs {
             turn_tokens: self.turn_tokens,
             decode_tokens: self.decode_tokens,
             timeout: Duration::from_secs(self.timeout),
+            vad: Duration::from_millis(self.vad_ms),
+            pregenerate: self.pregenerate,
+            busy_cores: self.busy_cores,
         })
     }
 

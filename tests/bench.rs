@@ -27,6 +27,9 @@ fn config(url: String, name: &str) -> BenchConfig {
         turn_tokens: 16,
         decode_tokens: 32,
         timeout: Duration::from_secs(300),
+        vad: BenchConfig::DEFAULT_VAD,
+        pregenerate: BenchConfig::DEFAULT_PREGENERATE,
+        busy_cores: 0,
     }
 }
 
@@ -62,6 +65,9 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
         Scenario::AfterInterleave,
         Scenario::Alternating,
         Scenario::Spoken,
+        Scenario::SpokenAdded,
+        Scenario::Preemptive,
+        Scenario::BargeIn,
         Scenario::Restart,
     ] {
         let found = scenario_rows(&rows, scenario);
@@ -88,11 +94,30 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
     assert!(spoken.prefills.is_some_and(|n| n >= 4), "{spoken:?}");
     let evaluated = spoken.prompt_tokens.unwrap_or(0) - spoken.cached_tokens.unwrap_or(0);
     assert!(evaluated <= 16, "the spoken turn evaluated {evaluated} tokens: {spoken:?}");
+    assert_eq!(spoken.pause_ms, Some(500.0), "{spoken:?}");
+    // The variant's final transcript adds a word no partial had: prefills came all the same.
+    let added = scenario_rows(&rows, Scenario::SpokenAdded)[0];
+    assert!(added.prefills.is_some_and(|n| n >= 4), "{added:?}");
+    // The preemptive request was cancelled after its first deltas; sent again, it found its
+    // prompt in the cache.
+    let preemptive = scenario_rows(&rows, Scenario::Preemptive)[0];
+    assert!(preemptive.cancelled_ttft_ms.is_some_and(|t| t > 0.0), "{preemptive:?}");
+    assert!(preemptive.cached_tokens.unwrap_or(0) > 300, "{preemptive:?}");
+    // The barge-in's next turn carries the reply cut to its first sentence, and reuses the
+    // conversation before it.
+    let barge_in = scenario_rows(&rows, Scenario::BargeIn)[0];
+    assert!(barge_in.cut_chars.is_some_and(|n| n > 0), "{barge_in:?}");
+    assert!(barge_in.cancelled_ttft_ms.is_some(), "{barge_in:?}");
+    assert!(barge_in.cached_tokens.unwrap_or(0) > 300, "{barge_in:?}");
     let summaries = summarize(&rows, &[]);
     assert!(summaries[0].tool_pass(), "{:?}", summaries[0].tool_failure);
     assert!(summaries[0].spoken_ttft.is_some(), "{:?}", summaries[0]);
     assert!(summaries[0].alternating_ttft.is_some(), "{:?}", summaries[0]);
     assert!(summaries[0].restart_ttft.is_some(), "{:?}", summaries[0]);
+    for ttft in [summaries[0].spoken_added_ttft, summaries[0].preemptive_ttft, summaries[0].barge_in_ttft] {
+        assert!(ttft.is_some(), "{:?}", summaries[0]);
+    }
+    assert!(table(&summaries).contains("barge-in TTFT ms (× warm)"));
     assert!(table(&summaries).contains("TTFT after restart ms (× warm)"));
     // R is the conversation's next turn: it continues the conversation.
     let restart = scenario_rows(&rows, Scenario::Restart)[0];
@@ -150,7 +175,10 @@ async fn a_wrong_server_fails_with_reasons_and_counted_errors() {
     let spoken = scenario_rows(&rows, Scenario::Spoken)[0];
     assert_eq!(spoken.prefills, Some(0), "{spoken:?}");
     let summaries = summarize(&rows, &[]);
-    assert_eq!(summaries[0].errors, 2, "the HTTP 500 and the failed restart");
+    // The mock's one-chunk reply cannot be cancelled after its third delta.
+    let preemptive = scenario_rows(&rows, Scenario::Preemptive)[0];
+    assert!(preemptive.error.contains("the reply ended before it was cancelled"), "{preemptive:?}");
+    assert_eq!(summaries[0].errors, 3, "the HTTP 500, the preemptive request and the failed restart");
     assert!(table(&summaries).contains("no /v1/prefill"), "{}", table(&summaries));
     assert!(!summaries[0].tool_pass());
     assert!(decide(&summaries).is_err(), "no server passed: no decision");
@@ -158,8 +186,7 @@ async fn a_wrong_server_fails_with_reasons_and_counted_errors() {
     // Unreachable: every request is an error row, nothing panics.
     let gone = run(&config("http://127.0.0.1:9".into(), "gone"), |_| {}).await.expect("bench runs");
     assert!(
-        gone.iter()
-            .all(|r| r.http_status == 0 && (r.error.starts_with("unreachable") || r.error.starts_with("skipped"))),
+        gone.iter().all(|r| r.http_status == 0 && (r.error.contains("unreachable") || r.error.starts_with("skipped"))),
         "{gone:?}"
     );
 }

@@ -7,7 +7,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
@@ -101,18 +101,23 @@ pub(crate) async fn prepare<T: Send + 'static>(
 
 /// The admission path of a request that queues an engine job: refused before its body is
 /// read when the engine could not take it, then, on a conversion thread, the body becomes a
-/// job (`into_job`) and the job's prompt (`prompt_of`) is rendered.
+/// job (`into_job`) and the job's prompt (`prompt_of`) is rendered and tokenized. Each stage is
+/// timed from the request's arrival, for its `timings.request`.
 pub(crate) async fn prepare_job<J: Send + 'static>(
     state: &AppState,
     request: Request,
     into_job: impl FnOnce(&[u8]) -> Result<J, ApiError> + Send + 'static,
     prompt_of: fn(&J) -> &Prompt,
 ) -> Result<Prepared<(J, RenderedPrompt)>, ApiError> {
+    let arrived = Instant::now();
     let admitted = admit_for_engine(state, request).await?;
+    let read = arrived.elapsed();
     let engine = Arc::clone(&state.engine);
     prepare(state, admitted, move |bytes| {
+        let parsing = Instant::now();
         let job = into_job(bytes)?;
-        let rendered = engine.render(prompt_of(&job))?;
+        let parse = parsing.elapsed();
+        let rendered = engine.render(prompt_of(&job))?.timed(arrived, read, parse);
         Ok((job, rendered))
     })
     .await

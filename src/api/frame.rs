@@ -6,9 +6,9 @@ use super::error::ApiError;
 use super::logprobs::ChatLogprobs;
 use super::wire::{
     ChatCompletion, Choice, ChunkChoice, CompletionObject, CompletionTokensDetails, Delta, PromptTokensDetails,
-    ResponseMessage, WireCache, WireReplyCut, WireTimings, WireUsage,
+    ResponseMessage, WireCache, WireReplyCut, WireRequestPath, WireTimings, WireUsage,
 };
-use crate::engine::{CacheMiss, CacheReport, Event, Timings, TokenLogprob, Usage};
+use crate::engine::{CacheMiss, CacheReport, Event, RequestPath, Timings, TokenLogprob, Usage};
 
 /// Sent as `system_fingerprint`: identifies the server build.
 const FINGERPRINT: &str = concat!("firstword-", env!("CARGO_PKG_VERSION"));
@@ -48,6 +48,24 @@ pub(super) fn wire_timings(usage: Usage, timings: Timings) -> WireTimings {
         draft_n_accepted: timings.draft.map(|d| d.accepted),
         cache: wire_cache(timings.cache),
         dropped_messages: (usage.dropped_messages > 0).then_some(usage.dropped_messages),
+        request_ms: timings.request.map(|path| ms(path.total)),
+        request: timings.request.map(wire_request_path),
+    }
+}
+
+fn ms(duration: std::time::Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+pub(super) fn wire_request_path(path: RequestPath) -> WireRequestPath {
+    WireRequestPath {
+        read_ms: ms(path.read),
+        parse_ms: ms(path.parse),
+        render_ms: ms(path.render),
+        tokenize_ms: ms(path.tokenize),
+        tokens_kept: path.tokens_kept,
+        queue_ms: ms(path.queue),
+        match_ms: ms(path.matching),
     }
 }
 

@@ -10,7 +10,7 @@ use axum::Json;
 use super::admission::Prepared;
 use super::chat::read_chat_job;
 use super::error::ApiError;
-use super::frame::wire_cache;
+use super::frame::{wire_cache, wire_request_path};
 use super::request_log::RequestRecord;
 use super::wire::{PrefillAnswer, PrefillTimings};
 use super::AppState;
@@ -43,6 +43,8 @@ fn answer(model: String, report: PrefillReport) -> PrefillAnswer {
         pregenerated_tokens: report.pregenerated_tokens,
         timings: PrefillTimings {
             prompt_ms: report.timings.prompt.as_secs_f64() * 1e3,
+            request_ms: report.timings.request.map(|path| path.total.as_secs_f64() * 1e3),
+            request: report.timings.request.map(wire_request_path),
             cache: (!report.superseded).then(|| wire_cache(report.timings.cache)),
         },
     }

@@ -124,6 +124,32 @@ pub(super) struct WireTimings {
     /// drop-oldest`; absent when none was).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dropped_messages: Option<u32>,
+    /// The request's arrival to its prompt's evaluation: what it cost before llama.cpp was
+    /// called (absent for requests not measured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_ms: Option<f64>,
+    /// `request_ms` stage by stage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<WireRequestPath>,
+}
+
+/// `timings.request`: the stages of `request_ms`, in milliseconds.
+#[derive(Debug, Serialize)]
+pub(super) struct WireRequestPath {
+    /// Arrival to the body read.
+    pub read_ms: f64,
+    /// The body parsed and checked.
+    pub parse_ms: f64,
+    /// The chat template rendered.
+    pub render_ms: f64,
+    /// The prompt tokenized.
+    pub tokenize_ms: f64,
+    /// Prompt tokens kept from an earlier prompt's tokenization.
+    pub tokens_kept: u32,
+    /// Queued to taken by the inference thread.
+    pub queue_ms: f64,
+    /// Tokens compared with the cache and the reuse planned.
+    pub match_ms: f64,
 }
 
 /// `timings.cache`: where the reused prompt tokens came from, and why not more.
@@ -180,6 +206,12 @@ pub(super) struct PrefillAnswer {
 #[derive(Debug, Serialize)]
 pub(super) struct PrefillTimings {
     pub prompt_ms: f64,
+    /// As in a completion's timings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_ms: Option<f64>,
+    /// As in a completion's timings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<WireRequestPath>,
     /// What the cache did (absent when superseded).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<WireCache>,

@@ -239,6 +239,74 @@ impl StreamRead {
         Ok(self.reply)
     }
 }
+/// Where a cancelled request stops reading (and drops its connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CancelAt {
+    /// After this many deltas with content.
+    Deltas(u64),
+    /// Once the content holds a complete sentence, or after this many deltas without one
+    /// (the user interrupts a long first sentence).
+    FirstSentence {
+        /// Deltas after which the reply is cancelled without a complete sentence.
+        or_deltas: u64,
+    },
+}
+
+/// Streams `body` until `at`, then drops the connection, as a client that cancels does.
+/// Returns the content received and the TTFT, ms; an error where the stream failed or ended
+/// first (a reply shorter than the cut is no cancel).
+pub(super) async fn send_cancelled(
+    client: &reqwest::Client,
+    base: &str,
+    body: &Value,
+    at: CancelAt,
+) -> Result<(String, f64), String> {
+    let start = Instant::now();
+    let mut row = Row::new("", 0, super::Scenario::Warm, 0);
+    let url = format!("{}/v1/chat/completions", base.trim_end_matches('/'));
+    let response = client.post(&url).json(body).send().await.map_err(|e| format!("unreachable: {e}"))?;
+    let mut response = check_status(response, &mut row).await?;
+    let mut stream = StreamRead::default();
+    let mut buffer = String::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| format!("stream broke: {e}"))? {
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        let Some(end) = buffer.rfind("\n\n") else { continue };
+        let events: String = buffer.drain(..end + 2).collect();
+        for data in sse_data(&events) {
+            stream.data(data.trim(), &mut row, start)?;
+        }
+        let reached = match at {
+            CancelAt::Deltas(n) => stream.deltas >= n,
+            CancelAt::FirstSentence { or_deltas } => {
+                sentence_complete(&stream.reply.content) || stream.deltas >= or_deltas
+            }
+        };
+        if reached {
+            let ttft = stream.first.map_or(0.0, ms);
+            // Dropping the response closes the connection: the server sees the client leave.
+            drop(response);
+            return Ok((stream.reply.content, ttft));
+        }
+    }
+    Err(format!("the reply ended before it was cancelled ({at:?}): {:?}", stream.reply.content))
+}
+
+/// The part of a reply spoken before the user interrupted: up to the end of its first
+/// sentence (`.`, `!` or `?` followed by whitespace), without that whitespace; the whole reply
+/// when it has no complete sentence.
+pub(super) fn spoken_part(reply: &str) -> &str {
+    let mut previous = None;
+    for (at, c) in reply.char_indices() {
+        if let Some(end) = previous {
+            if c.is_whitespace() {
+                return &reply[..end];
+            }
+        }
+        previous = matches!(c, '.' | '!' | '?').then_some(at + c.len_utf8());
+    }
+    reply
+}
+
 /// Token counts from `usage`, speculative-decoding counts from llama-server-style `timings`,
 /// and where the prompt's cache came from (`timings.cache.source` and `.reason`, firstword).
 fn read_usage(value: &Value, row: &mut Row) {
@@ -273,6 +341,9 @@ fn read_usage(value: &Value, row: &mut Row) {
     }
     if let Some(ms) = cache["restore_ms"].as_f64() {
         row.cache_restore_ms = Some(ms);
+    }
+    if let Some(n) = cache["adopted"].as_u64() {
+        row.adopted_tokens = Some(n);
     }
 }
 
@@ -317,6 +388,16 @@ mod tests {
         assert!(!sentence_complete("3.14 is pi"));
         assert!(sentence_complete("Hi. How"));
         assert!(ends_sentence("Done!"));
+    }
+
+    #[test]
+    fn the_spoken_part_ends_with_the_first_sentence() {
+        assert_eq!(spoken_part("Sure. The trains are in fact 3."), "Sure.");
+        assert_eq!(spoken_part("Pi is 3.14! Really?\nYes"), "Pi is 3.14!");
+        assert_eq!(spoken_part("Ça va? Oui."), "Ça va?");
+        assert_eq!(spoken_part("No sentence end yet"), "No sentence end yet");
+        assert_eq!(spoken_part("Ends here."), "Ends here.");
+        assert!(sentence_complete("Sure. The"), "a cancel at the first sentence sees it complete");
     }
 
     #[test]

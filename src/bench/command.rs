@@ -10,11 +10,11 @@ use super::{
     BenchError, Weights,
 };
 
-/// Requests per server and repetition: the turns, the spoken turn, the interleaved job and the
-/// turn after it, two decode runs, three tool checks, the two alternating conversations' turns,
-/// and the turn after a restart where the server has a restart command.
+/// Rows per server and repetition: the turns, the four voice turns, the interleaved job and
+/// the turn after it, two decode runs, three tool checks, the two alternating conversations'
+/// turns, and the turn after a restart where the server has a restart command.
 fn requests_per_run(turns: u32, restarts: bool) -> u64 {
-    u64::from(turns) + 1 + 2 + 2 + 3 + 2 * u64::from(turns) + u64::from(restarts)
+    u64::from(turns) + 4 + 2 + 2 + 3 + 2 * u64::from(turns) + u64::from(restarts)
 }
 
 /// Fails early, with the server named, when a server does not answer at all.
@@ -57,6 +57,9 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Benc
         check_plot_path(path)?;
     }
     check_reachable(config).await?;
+    if config.busy_cores > 0 {
+        eprintln!("{} cores kept busy by spinning threads for the whole run (--busy-cores)", config.busy_cores);
+    }
     let load_before = load_average();
     if let Some(load) = load_before.filter(|&l| l > 0.5) {
         eprintln!("warning: load average {load:.2} before the run; other work on this machine skews the numbers");
@@ -106,7 +109,8 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Benc
     }
     // The servers themselves load the machine: warn only beyond what one request at a time explains.
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
-    if highest_load > cores + 1.0 {
+    // The busy cores asked for are load too.
+    if highest_load > cores + 1.0 + f64::from(config.busy_cores) {
         println!("warning: load average reached {highest_load:.2} on {cores} CPUs; repeat on an idle machine");
     }
     Ok(())

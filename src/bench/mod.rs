@@ -1,17 +1,19 @@
 //! `firstword bench`: the cold / warm / tool / decode / interleaved-job / alternating-conversations
-//! / spoken / restart micro-benchmark against any OpenAI-compatible server, so users choose with
+//! / voice (spoken, preemptive, barge-in) / restart micro-benchmark against any OpenAI-compatible server, so users choose with
 //! data from their own machine.
 //!
 //! Per repetition every server runs every scenario in turn (A B A B …), so machine drift hits
 //! all of them equally. Each request becomes a [`Row`]; [`summarize`] and [`decide`] turn rows
 //! into the summary and the decision.
 
+mod busy;
 mod chart;
 mod client;
 mod command;
 mod error;
 mod report;
 mod table;
+mod voice;
 
 use std::time::Duration;
 
@@ -24,7 +26,8 @@ pub use error::{BenchError, NoDecision, WeightsError};
 pub use report::{decide, scores, summarize, write_csv, Conversation, Row, Scenario, Spread, Summary, Weights};
 pub use table::table;
 
-use client::{prefill, send, ServerReply};
+pub use busy::BusyLoad;
+use client::{send, ServerReply};
 
 /// A server to measure.
 #[derive(Clone, Debug)]
@@ -60,6 +63,22 @@ pub struct BenchConfig {
     pub decode_tokens: u32,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// The end-of-turn pause of the voice scenarios: silence after the last word before the
+    /// final transcript's request (voice pipelines wait 300–800 ms).
+    pub vad: Duration,
+    /// Reply tokens each prefill of the spoken scenarios asks the server to generate ahead
+    /// (`pregenerate`).
+    pub pregenerate: u32,
+    /// Cores kept busy by a spinning thread each for the whole run (0: none): the servers
+    /// measured next to other work.
+    pub busy_cores: u32,
+}
+
+impl BenchConfig {
+    /// The default end-of-turn pause.
+    pub const DEFAULT_VAD: Duration = Duration::from_millis(500);
+    /// The default `pregenerate` of the spoken scenarios' prefills.
+    pub const DEFAULT_PREGENERATE: u32 = 16;
 }
 
 /// The words and numbers of one synthetic system prompt.
@@ -125,16 +144,6 @@ fn synthetic_prompt(tokens: usize, wording: &Wording) -> String {
     text
 }
 
-/// The spoken scenario's utterance (19 words: about 7.6 s at 150 words a minute).
-const SPOKEN: &str =
-    "Could you remind me which of the facts you know mention trains and which of them mention gardens please";
-
-/// 150 words a minute.
-const WORD_TIME: Duration = Duration::from_millis(400);
-
-/// The spoken scenario sends the transcript so far after every this many words.
-const WORDS_PER_PREFILL: usize = 3;
-
 const QUESTIONS: [&str; 6] = [
     "Which facts mention trains? Answer in one sentence.",
     "And gardens?",
@@ -184,6 +193,7 @@ pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result
         .pool_max_idle_per_host(0)
         .build()
         .map_err(BenchError::HttpClient)?;
+    let _busy = BusyLoad::start(config.busy_cores);
     let mut rows = Vec::new();
     let mut pids: Vec<Option<u32>> = config.targets.iter().map(|t| t.pid).collect();
     for rep in 1..=config.reps {
@@ -251,9 +261,10 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         messages.push(json!({"role": "assistant", "content": reply.content}));
     }
 
-    /// A (cold), B (warm), E (interleaved job), D (decode), C (tool), F (alternating
-    /// conversations), in an order where each measures what it claims: the conversation first
-    /// (its turn 1 is the only cold one), the interleaved job between two of its turns, then the
+    /// A (cold), B (warm), the voice turns (P, P with a word added, preemptive, barge-in), E
+    /// (interleaved job), D (decode), C (tool), F (alternating conversations), in an order where
+    /// each measures what it claims: the conversation first (its turn 1 is the only cold one;
+    /// the voice turns continue it), the interleaved job between two of its turns, then the
     /// scenarios that share only the system prompt with it (decode after the long prompt, the
     /// tool calls), the short-prompt decode, which shares nothing, and last the two alternating
     /// conversations, whose system prompts start with a nonce of their own.
@@ -265,7 +276,7 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
             self.turn(&mut messages, self.row(scenario, turn)).await;
         }
 
-        self.spoken_turn(&mut messages, self.config.turns + 1).await;
+        self.voice_scenarios(&mut messages, self.config.turns + 1).await;
 
         let job = [
             json!({"role": "system", "content": "You summarize documents in three sentences."}),
@@ -275,7 +286,7 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         self.request(self.row(Scenario::InterleavedJob, 0), body).await;
         messages.push(json!({"role": "user", "content": "Back to us: which facts mention bakeries?"}));
         let body = self.body(&messages, self.config.turn_tokens, true);
-        let reply = self.request(self.row(Scenario::AfterInterleave, self.config.turns + 2), body).await;
+        let reply = self.request(self.row(Scenario::AfterInterleave, self.config.turns + 5), body).await;
         messages.push(json!({"role": "assistant", "content": reply.content}));
 
         let story = json!({"role": "user", "content": "Write a long story about a dragon who learns to bake."});
@@ -286,7 +297,7 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         self.request(self.row(Scenario::DecodeShort, 0), body).await;
         self.alternating_scenario().await;
         if let Some(command) = &self.target.restart {
-            self.restart_turn(command, &mut messages, self.config.turns + 3).await;
+            self.restart_turn(command, &mut messages, self.config.turns + 6).await;
         }
     }
 
@@ -308,46 +319,6 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
             Err(error) => row.error = error,
         }
         self.record(row);
-    }
-
-    /// P: the next user turn spoken a word at a time (150 words a minute). Every
-    /// [`WORDS_PER_PREFILL`] words the transcript so far goes to `/v1/prefill`, as a speech
-    /// recogniser's partial results would (the first call probes: a server that does not answer
-    /// it gets no more); the chat request goes when the last word is out, and its TTFT is what
-    /// the user waits for.
-    async fn spoken_turn(&mut self, messages: &mut Vec<Value>, turn: u32) {
-        let words: Vec<&str> = SPOKEN.split_whitespace().collect();
-        let base = base(&self.target.url).to_string();
-        let started = tokio::time::Instant::now();
-        let mut supported = None;
-        let mut pending = Vec::new();
-        for spoken in 1..=words.len() {
-            tokio::time::sleep_until(started + WORD_TIME * spoken as u32).await;
-            if spoken % WORDS_PER_PREFILL != 0 || spoken == words.len() || supported == Some(false) {
-                continue;
-            }
-            let mut partial = messages.clone();
-            partial.push(json!({"role": "user", "content": words[..spoken].join(" ")}));
-            let call = prefill(self.client.clone(), base.clone(), self.body(&partial, 1, false));
-            if supported.is_none() {
-                let status = call.await;
-                supported = Some(status == Some(200));
-            } else {
-                // Later calls do not wait: the recogniser goes on while the server works.
-                pending.push(tokio::spawn(call));
-            }
-        }
-        messages.push(json!({"role": "user", "content": SPOKEN}));
-        let body = self.body(messages, self.config.turn_tokens, true);
-        let mut row = self.row(Scenario::Spoken, turn);
-        let reply = send(self.client, &base, &body, &mut row).await;
-        let mut answered = u32::from(supported == Some(true));
-        for call in pending {
-            answered += u32::from(matches!(call.await, Ok(Some(200))));
-        }
-        row.prefills = Some(answered);
-        self.record(row);
-        messages.push(json!({"role": "assistant", "content": reply.content}));
     }
 
     /// F: conversation A (the configured system prompt) and B (another synthetic one of about

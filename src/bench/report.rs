@@ -32,9 +32,21 @@ pub enum Scenario {
     /// B2 …); `turn` is the turn of the row's [`Row::conversation`].
     Alternating,
     /// P: the conversation's next turn spoken a word at a time (150 words a minute); a server
-    /// that answers `/v1/prefill` gets the transcript so far every few words; the request is
-    /// sent when the last word is out (its TTFT is what the user waits for).
+    /// that answers `/v1/prefill` gets the transcript so far after every word; the request is
+    /// sent after the end-of-turn pause (its TTFT is what the user waits for). The final
+    /// transcript is the last partial one.
     Spoken,
+    /// P, the final transcript one word longer than the last partial one (the recogniser
+    /// settled the last word only at the end of the turn).
+    SpokenAdded,
+    /// The request sent on the interim transcript as soon as the user stops, cancelled by the
+    /// client (connection dropped) after its first tokens, and sent again after the end-of-turn
+    /// pause (LiveKit's preemptive generation): the row is the request sent again.
+    Preemptive,
+    /// Barge-in: a reply cancelled after its first sentence (or its first 12 deltas, without
+    /// one: the user interrupted); the row is the next turn, whose history carries the reply
+    /// cut to what was spoken.
+    BargeIn,
     /// R: the conversation's next turn after the server was restarted (by the target's
     /// restart command), the last scenario of a repetition.
     Restart,
@@ -113,6 +125,16 @@ pub struct Row {
     /// The restart scenario: the peak memory of the process that was restarted (VmHWM, MB),
     /// read just before the restart; empty in other scenarios.
     pub restarted_peak_rss_mb: Option<f64>,
+    /// Reply tokens the server had generated ahead and this request adopted
+    /// (`timings.cache.adopted`), when reported.
+    pub adopted_tokens: Option<u64>,
+    /// The spoken and preemptive scenarios: the end-of-turn pause before the request, ms.
+    pub pause_ms: Option<f64>,
+    /// The preemptive and barge-in scenarios: TTFT of the request that was cancelled.
+    pub cancelled_ttft_ms: Option<f64>,
+    /// The barge-in scenario: characters of the cancelled reply kept in the history (what was
+    /// spoken).
+    pub cut_chars: Option<u32>,
 }
 
 impl Row {
@@ -142,6 +164,10 @@ impl Row {
             cache_save_ms: None,
             cache_restore_ms: None,
             restarted_peak_rss_mb: None,
+            adopted_tokens: None,
+            pause_ms: None,
+            cancelled_ttft_ms: None,
+            cut_chars: None,
         }
     }
 
@@ -217,6 +243,12 @@ pub struct Summary {
     pub spoken_ttft: Option<Spread>,
     /// Prefills the server answered in the spoken turns (0: it has no `/v1/prefill`).
     pub spoken_prefills: Option<u32>,
+    /// TTFT of the spoken turn whose final transcript added a word, ms.
+    pub spoken_added_ttft: Option<Spread>,
+    /// TTFT of the preemptive request sent again after its cancel, ms.
+    pub preemptive_ttft: Option<Spread>,
+    /// TTFT of the turn after a barge-in, ms.
+    pub barge_in_ttft: Option<Spread>,
     /// TTFT of the turn after a restart, ms.
     pub restart_ttft: Option<Spread>,
     /// Requests that failed (HTTP or protocol errors, not tool-check failures).
@@ -287,6 +319,9 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                 alternating_ttft: Spread::of(&values(Scenario::Alternating, |r| r.ttft_ms.filter(|_| r.turn > 1))),
                 spoken_ttft: Spread::of(&values(Scenario::Spoken, |r| r.ttft_ms)),
                 spoken_prefills: mine.iter().filter_map(|r| r.prefills).reduce(|a, b| a + b),
+                spoken_added_ttft: Spread::of(&values(Scenario::SpokenAdded, |r| r.ttft_ms)),
+                preemptive_ttft: Spread::of(&values(Scenario::Preemptive, |r| r.ttft_ms)),
+                barge_in_ttft: Spread::of(&values(Scenario::BargeIn, |r| r.ttft_ms)),
                 restart_ttft: Spread::of(&values(Scenario::Restart, |r| r.ttft_ms)),
                 errors: mine.iter().filter(|r| !r.ok() && !r.scenario.is_tool()).count(),
                 // A restarted process's peak, read before its restart, counts too.
@@ -450,7 +485,7 @@ mod tests {
         let text = String::from_utf8(out).expect("utf8");
         assert_eq!(
             text.lines().next(),
-            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,prefills,cache_save_ms,cache_restore_ms,restarted_peak_rss_mb")
+            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,prefills,cache_save_ms,cache_restore_ms,restarted_peak_rss_mb,adopted_tokens,pause_ms,cancelled_ttft_ms,cut_chars")
         );
         assert!(text.contains("a,1,cold,1,1.0,,,,,,,,,200,,,,"), "{text}");
     }

@@ -7,13 +7,13 @@ use super::report::{Spread, Summary};
 #[must_use]
 pub fn table(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "server | cold TTFT ms | warm TTFT ms (mean) | warm TTFT ms | warm first sentence ms | tool | decode short tok/s | decode long tok/s | TTFT after interleaved job ms | alternating TTFT ms (× warm) | spoken TTFT ms (× warm) | TTFT after restart ms (× warm) | errors | peak RSS MB\n",
+        "server | cold TTFT ms | warm TTFT ms (mean) | warm TTFT ms | warm first sentence ms | tool | decode short tok/s | decode long tok/s | TTFT after interleaved job ms | alternating TTFT ms (× warm) | spoken TTFT ms (× warm) | spoken +1 word TTFT ms (× warm) | preemptive resent TTFT ms (× warm) | barge-in TTFT ms (× warm) | TTFT after restart ms (× warm) | errors | peak RSS MB\n",
     );
     for s in summaries {
         let tool =
             if s.tool_pass() { "PASS".to_string() } else { format!("FAIL {}/{}", s.tool_passes.0, s.tool_passes.1) };
         out.push_str(&format!(
-            "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}\n",
+            "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}\n",
             s.server,
             show(s.cold_ttft),
             s.warm_ttft_mean.map_or("-".into(), |w| format!("{w:.1}")),
@@ -24,11 +24,20 @@ pub fn table(summaries: &[Summary]) -> String {
             show(s.decode_long),
             show(s.after_interleave_ttft),
             alternating(s),
-            spoken(s),
+            spoken(s.spoken_ttft, s),
+            spoken(s.spoken_added_ttft, s),
+            times_warm(s.preemptive_ttft, s),
+            times_warm(s.barge_in_ttft, s),
             times_warm(s.restart_ttft, s),
             s.errors,
             s.peak_rss_mb.map_or("-".into(), |m| format!("{m:.0}")),
         ));
+        if s.spoken_prefills == Some(0) {
+            out.push_str(&format!(
+                "  {} has no /v1/prefill: its spoken turns were measured without prefills\n",
+                s.server
+            ));
+        }
         if let Some(reason) = &s.tool_failure {
             out.push_str(&format!("  {} tool check: {reason}\n", s.server));
         }
@@ -53,10 +62,10 @@ fn alternating(s: &Summary) -> String {
     times_warm(s.alternating_ttft, s)
 }
 
-/// The spoken turn's TTFT and its ratio to the warm TTFT, and whether the server prefilled.
-fn spoken(s: &Summary) -> String {
+/// A spoken turn's TTFT and its ratio to the warm TTFT, and whether the server prefilled.
+fn spoken(ttft: Option<Spread>, s: &Summary) -> String {
     let prefills = if s.spoken_prefills == Some(0) { ", no /v1/prefill" } else { "" };
-    times_warm(s.spoken_ttft, s) + prefills
+    times_warm(ttft, s) + prefills
 }
 
 /// A TTFT and its median over the warm TTFT's median.

@@ -18,18 +18,21 @@ mod prefix;
 mod queue;
 mod reply;
 mod request;
+mod request_path;
 mod runs;
 mod sampling;
 mod sequence;
 mod speculation;
 mod store;
 mod text;
+mod token_memo;
 mod tokenizer;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::{mpsc as tokio_mpsc, oneshot, Notify};
@@ -47,6 +50,8 @@ pub use request::{
     DraftStats, Event, FinishReason, GenerationRequest, ParkingCounts, PrefillReport, Prompt, ReplyCut, Timings,
     TokenLogprob, Usage, MAX_PREGENERATE, MAX_TOP_LOGPROBS,
 };
+pub(crate) use request_path::RequestClock;
+pub use request_path::RequestPath;
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};
 pub(crate) use worker::panic_message;
@@ -137,6 +142,8 @@ struct Job {
     events: tokio_mpsc::UnboundedSender<Event>,
     /// Set by [`Generation::finish_now`].
     finish_requested: Arc<AtomicBool>,
+    /// The request's clock on its way to llama.cpp (requests that came through the API).
+    clock: Option<RequestClock>,
     /// Counts the job as admitted until it is served or dropped.
     _admitted: Admission,
 }
@@ -332,7 +339,7 @@ impl Engine {
     /// # Errors
     /// Not loaded yet, shutting down, queue full, or the chat template rejected the messages.
     pub fn submit(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
-        let rendered = self.render(&request.prompt)?;
+        let rendered = self.render_untokenized(&request.prompt)?;
         self.submit_rendered(request, rendered)
     }
 
@@ -342,9 +349,38 @@ impl Engine {
     ///
     /// # Errors
     /// Not loaded yet, or the chat template rejected the messages.
+    ///
+    /// A chat prompt is tokenized too (errors are left for the inference thread to report, as
+    /// for any prompt), keeping the tokens of the beginning it shares with a recent one: call it
+    /// on a thread with [`LARGE_STACK_BYTES`] of stack (the API's conversion threads).
     pub(crate) fn render(&self, prompt: &Prompt) -> Result<RenderedPrompt, EngineError> {
+        let loaded = self.loaded()?;
+        let start = std::time::Instant::now();
+        let (input, landmarks) = loaded.render(prompt)?;
+        let mut path = RequestPath { render: start.elapsed(), ..RequestPath::default() };
+        let input = match input {
+            worker::PromptInput::Text(text) if matches!(prompt, Prompt::Chat { .. }) => {
+                let start = std::time::Instant::now();
+                let tokenized = loaded.tokenizer.chat_tokens(&text);
+                path.tokenize = start.elapsed();
+                match tokenized {
+                    Ok(memo) => {
+                        path.tokens_kept = memo.kept as u32;
+                        worker::PromptInput::Tokenized { text, tokens: memo.tokens }
+                    }
+                    Err(_) => worker::PromptInput::Text(text),
+                }
+            }
+            other => other,
+        };
+        Ok(RenderedPrompt { input, landmarks, path, clock: None })
+    }
+
+    /// [`Engine::render`] without tokenizing (for callers whose thread may have a small
+    /// stack: the inference thread tokenizes).
+    fn render_untokenized(&self, prompt: &Prompt) -> Result<RenderedPrompt, EngineError> {
         let (input, landmarks) = self.loaded()?.render(prompt)?;
-        Ok(RenderedPrompt { input, landmarks })
+        Ok(RenderedPrompt { input, landmarks, path: RequestPath::default(), clock: None })
     }
 
     /// Queues `request`, whose prompt [`Engine::render`] rendered as `rendered`.
@@ -377,7 +413,7 @@ impl Engine {
     /// # Errors
     /// As [`Engine::submit`].
     pub fn prefill(&self, request: GenerationRequest) -> Result<PendingPrefill, EngineError> {
-        let rendered = self.render(&request.prompt)?;
+        let rendered = self.render_untokenized(&request.prompt)?;
         self.prefill_rendered(request, rendered)
     }
 
@@ -407,7 +443,11 @@ impl Engine {
         self.ensure_room()?;
         let admitted = Admission::take(&self.shared.admitted, self.shared.queue_size + 1)
             .ok_or(EngineError::QueueFull { capacity: self.shared.queue_size })?;
-        let RenderedPrompt { input: prompt, landmarks } = rendered;
+        let RenderedPrompt { input: prompt, landmarks, clock, .. } = rendered;
+        let clock = clock.map(|mut clock| {
+            clock.queued();
+            clock
+        });
         let (events, receiver) = tokio_mpsc::unbounded_channel();
         let finish_requested = Arc::new(AtomicBool::new(false));
         let job = Job {
@@ -417,6 +457,7 @@ impl Engine {
             request,
             events,
             finish_requested: Arc::clone(&finish_requested),
+            clock,
             _admitted: admitted,
         };
         self.shared.commands.send(Box::new(job))?;
@@ -497,13 +538,32 @@ impl Engine {
 pub(crate) struct RenderedPrompt {
     input: worker::PromptInput,
     landmarks: Landmarks,
+    /// What rendering (and tokenizing) it cost.
+    path: RequestPath,
+    /// The request's clock, once [`RenderedPrompt::timed`] gave it one.
+    clock: Option<RequestClock>,
 }
 
-#[cfg(test)]
 impl RenderedPrompt {
+    /// Starts the request's clock at `arrived`, with the body read in `read` and parsed in
+    /// `parse`; rendering's own costs are added. The engine then measures the rest and reports
+    /// the stages in the request's [`Timings::request`].
+    pub(crate) fn timed(mut self, arrived: std::time::Instant, read: Duration, parse: Duration) -> Self {
+        let mut clock = RequestClock::since(arrived);
+        *clock.path_mut() = RequestPath { read, parse, ..self.path };
+        self.clock = Some(clock);
+        self
+    }
+
     /// A rendering of nothing, for a fake engine.
+    #[cfg(test)]
     pub(crate) fn empty() -> Self {
-        Self { input: worker::PromptInput::Text(String::new()), landmarks: Landmarks::default() }
+        Self {
+            input: worker::PromptInput::Text(String::new()),
+            landmarks: Landmarks::default(),
+            path: RequestPath::default(),
+            clock: None,
+        }
     }
 }
 

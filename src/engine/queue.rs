@@ -206,6 +206,7 @@ mod tests {
             request: GenerationRequest::chat(Vec::new()),
             events,
             finish_requested: Arc::new(AtomicBool::new(false)),
+            clock: None,
             _admitted: Admission::take(admitted, usize::MAX).expect("admitted"),
         };
         (Box::new(job), prefill.then_some(report_rx))

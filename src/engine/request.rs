@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::chat::tools::ToolDefinition;
 use crate::chat::{ChatMessage, Grammar, TemplateKwargs};
-use crate::engine::{EngineError, SamplingParams};
+use crate::engine::{EngineError, RequestPath, SamplingParams};
 
 /// The text to continue.
 #[derive(Clone, Debug)]
@@ -127,6 +127,9 @@ pub struct Timings {
     pub draft: Option<DraftStats>,
     /// Where the reused prompt tokens came from, and why not more.
     pub cache: CacheReport,
+    /// What the request cost before its prompt was evaluated, stage by stage (`None` for
+    /// requests that did not come through [`crate::api`]'s conversion path, e.g. a warm prompt).
+    pub request: Option<RequestPath>,
 }
 
 /// What the cache did for one prompt: where its reused tokens came from and, when it could

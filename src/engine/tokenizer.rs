@@ -6,8 +6,12 @@ use std::sync::Arc;
 
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token_type::LlamaTokenAttr;
+use llama_cpp_2::vocab::VocabType;
+use parking_lot::Mutex;
 
 use super::runs::Splitter;
+use super::token_memo::{MemoTokens, SpecialTokens, TokenMemo};
 use super::worker::PromptInput;
 use super::{Engine, EngineError, Prompt, LARGE_STACK_BYTES};
 use crate::chat::tools::ToolDefinition;
@@ -27,6 +31,43 @@ pub(crate) struct Tokenizer {
     bos_text: String,
     /// What one match of the vocabulary's pre-tokenizer can span.
     splitter: Splitter,
+    /// Recent chat prompts' tokens; `None` for vocabularies whose tokenization cannot be cut.
+    memo: Option<Arc<Memo>>,
+}
+
+/// The special tokens a text can be cut at, and the recent texts' tokens.
+struct Memo {
+    specials: SpecialTokens,
+    texts: Mutex<TokenMemo<LlamaToken>>,
+}
+
+impl Memo {
+    /// The memo for `model`'s vocabulary, if its tokenization can be cut at special tokens:
+    /// llama.cpp tokenizes the stretches between them apart for these vocabulary types, and
+    /// adds nothing at the end (no EOS) that a part would get too.
+    fn of(model: &LlamaModel) -> Option<Self> {
+        let vocab = model.vocab();
+        let cuttable = matches!(vocab.vocab_type(), VocabType::SPM | VocabType::BPE | VocabType::UGM);
+        if !cuttable || vocab.should_add_eos() {
+            return None;
+        }
+        // The tokens llama.cpp splits a text at (its special-token cache).
+        let split_at = LlamaTokenAttr::Control | LlamaTokenAttr::UserDefined | LlamaTokenAttr::Unknown;
+        let specials = vocab.tokens().filter_map(|token| {
+            let attrs = vocab.attr(token);
+            attrs.intersects(split_at).then(|| {
+                let text = vocab.text(token).map(|t| t.to_bytes().to_vec()).unwrap_or_default();
+                (text, attrs.contains(LlamaTokenAttr::LStrip))
+            })
+        });
+        match SpecialTokens::new(specials) {
+            Ok(specials) => Some(Self { specials, texts: Mutex::new(TokenMemo::default()) }),
+            Err(e) => {
+                tracing::warn!("chat prompts are tokenized whole: {e}");
+                None
+            }
+        }
+    }
 }
 
 impl Tokenizer {
@@ -35,7 +76,8 @@ impl Tokenizer {
         let bos = model.vocab().bos();
         let bos_text = String::from_utf8_lossy(&model.vocab().token_to_piece(bos, true, None)).into_owned();
         let splitter = Splitter::of(&model.meta_val_str("tokenizer.ggml.pre").unwrap_or_default());
-        Self { model, bos_text, splitter }
+        let memo = Memo::of(&model).map(Arc::new);
+        Self { model, bos_text, splitter, memo }
     }
 
     /// The model.
@@ -57,12 +99,9 @@ impl Tokenizer {
     /// [`EngineError::EmptyPrompt`].
     pub(crate) fn prompt_tokens(&self, prompt: PromptInput) -> Result<Vec<LlamaToken>, EngineError> {
         let tokens = match prompt {
-            PromptInput::Text(text) => {
-                let add_bos = self.model.vocab().should_add_bos()
-                    && (self.bos_text.is_empty() || !text.starts_with(&self.bos_text));
-                self.tokenize(&text, add_bos, true)?
-            }
+            PromptInput::Text(text) => self.tokenize(&text, self.adds_bos(&text), true)?,
             PromptInput::Tokens(ids) => self.check_ids(&ids)?,
+            PromptInput::Tokenized { tokens, .. } => tokens,
         };
         if tokens.is_empty() {
             return Err(EngineError::EmptyPrompt);
@@ -89,6 +128,37 @@ impl Tokenizer {
         Ok(self.model.vocab().tokenize(text.as_bytes(), add_special, parse_special))
     }
 
+    /// A chat prompt's tokens as [`Tokenizer::prompt_tokens`] gives them for its text,
+    /// keeping those of the beginning it shares with a recent prompt (see
+    /// [`super::token_memo`]); whole where the vocabulary cannot be cut safely. Call it on a
+    /// thread with [`LARGE_STACK_BYTES`] of stack.
+    ///
+    /// # Errors
+    /// As [`Tokenizer::prompt_tokens`].
+    pub(crate) fn chat_tokens(&self, text: &str) -> Result<MemoTokens<LlamaToken>, EngineError> {
+        let bos = self.adds_bos(text);
+        let memo = match &self.memo {
+            Some(memo) => {
+                let cuts = memo.specials.cuts(text.as_bytes());
+                memo.texts.lock().tokenize(text, bos, &cuts, |part, bos| self.tokenize(part, bos, true))?
+            }
+            None => {
+                let tokens = self.tokenize(text, bos, true)?;
+                MemoTokens { tokens, kept: 0, tokenized_bytes: text.len() }
+            }
+        };
+        if memo.tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        Ok(memo)
+    }
+
+    /// Whether the model's BOS goes before `text`: the model asks for one and the text does
+    /// not start with it.
+    fn adds_bos(&self, text: &str) -> bool {
+        self.model.vocab().should_add_bos() && (self.bos_text.is_empty() || !text.starts_with(&self.bos_text))
+    }
+
     /// `ids` as tokens, each checked against the vocabulary.
     ///
     /// # Errors
@@ -111,16 +181,21 @@ impl Tokenizer {
 impl Engine {
     /// Tokenizes a prompt exactly as a generation would (template, BOS handling), without
     /// waiting for a running generation; blocks the current thread (not for use inside an async
-    /// runtime).
+    /// runtime). A chat prompt is tokenized as the API's requests are: the tokens of the
+    /// beginning it shares with a recent chat prompt are kept, the rest tokenized.
     ///
     /// # Errors
     /// Not loaded, template rejection, an empty prompt, a run of text too long, a token id
     /// outside the vocabulary.
     pub fn tokenize_blocking(&self, prompt: &Prompt) -> Result<Vec<i32>, EngineError> {
         let loaded = self.loaded()?;
+        let chat = matches!(prompt, Prompt::Chat { .. });
         let (prompt, _) = loaded.render(prompt)?;
         let tokenizer = loaded.tokenizer.clone();
-        let tokens = on_large_stack_blocking(move || tokenizer.prompt_tokens(prompt))?;
+        let tokens = on_large_stack_blocking(move || match prompt {
+            PromptInput::Text(text) if chat => tokenizer.chat_tokens(&text).map(|memo| memo.tokens),
+            other => tokenizer.prompt_tokens(other),
+        })?;
         Ok(tokens.into_iter().map(|t| t.0).collect())
     }
 

@@ -15,7 +15,7 @@ use super::overflow::FittedPrompt;
 use super::{PromptParts, Session};
 use crate::engine::policy::{self, Derivation, PartialMarks, Purpose};
 use crate::engine::reply::{still_wanted, Halt};
-use crate::engine::{CacheReport, CacheSource, Event, Prompt};
+use crate::engine::{CacheReport, CacheSource, Event, Prompt, RequestPath};
 
 /// Prompt tokens a prefill evaluates between checks for a waiting generation request: about a
 /// second of a small model on a 2-core CPU, a few milliseconds on a GPU.
@@ -35,6 +35,8 @@ pub(super) struct Evaluated {
     pub(super) time: Duration,
     /// A prefill stopped early for a request waiting behind it.
     pub(super) yielded: bool,
+    /// What the request cost before its prompt was evaluated (requests with a clock).
+    pub(super) request: Option<RequestPath>,
 }
 
 /// What the upkeep after a reply needs to anticipate the next turn.
@@ -68,8 +70,12 @@ impl Session<'_> {
             Some(full) => Derivation::Shortened { full },
             None => Derivation::AsSent,
         };
+        let matching = Instant::now();
         let reuse = self.sequence.reuse_prefix(tokens, derivation);
         let cache = self.explain(&reuse, tokens, parts);
+        // The compare and the plan, without the state copies the cache report times itself.
+        let stored = cache.save.unwrap_or_default() + cache.restore.unwrap_or_default();
+        let request = self.clock.take().map(|clock| clock.finish(matching.elapsed().saturating_sub(stored)));
         let keep = reuse.keep;
         let started = Event::Started { prompt_tokens: tokens.len() as u32, cached_tokens: keep as u32, in_reasoning };
         events.send(started).map_err(|_| Halt::Cancelled)?;
@@ -113,7 +119,15 @@ impl Session<'_> {
             Err(halt) => return Err(halt),
         };
         let evaluated = self.sequence.tokens().len().saturating_sub(keep);
-        Ok(Evaluated { cached: keep, evaluated, logits_index, cache, time: time.elapsed(), yielded: yielded.get() })
+        Ok(Evaluated {
+            cached: keep,
+            evaluated,
+            logits_index,
+            cache,
+            time: time.elapsed(),
+            yielded: yielded.get(),
+            request,
+        })
     }
 
     /// For a request that adopts the parked generation of its prompt: the cache holds the
@@ -125,6 +139,7 @@ impl Session<'_> {
         in_reasoning: bool,
     ) -> Result<Evaluated, Halt> {
         self.sequence.take_catch_up();
+        let request = self.clock.take().map(|clock| clock.finish(Duration::ZERO));
         let prompt_tokens = fitted.tokens.len();
         let started =
             Event::Started { prompt_tokens: prompt_tokens as u32, cached_tokens: prompt_tokens as u32, in_reasoning };
@@ -147,6 +162,7 @@ impl Session<'_> {
             cache,
             time: Duration::ZERO,
             yielded: false,
+            request,
         })
     }
 

@@ -24,7 +24,7 @@ use super::speculation::{DraftDepth, Speculating};
 use super::tokenizer::Tokenizer;
 use super::{
     CacheStatus, Command, ContextOverflow, EngineConfig, EngineError, Event, GenerationRequest, Job, ModelInfo,
-    ParkingCounts, Prompt, ReasoningFormat, Signals, Timings, Usage,
+    ParkingCounts, Prompt, ReasoningFormat, RequestClock, Signals, Timings, Usage,
 };
 use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, ReasoningSplitter};
 use evaluate::{Evaluated, NextTurn};
@@ -54,13 +54,20 @@ pub(crate) enum PromptInput {
     Text(String),
     /// Token ids, checked against the vocabulary.
     Tokens(Vec<i32>),
+    /// Text already tokenized with the model's BOS rule (on a conversion thread).
+    Tokenized {
+        /// The text.
+        text: String,
+        /// Its tokens, as [`Tokenizer::prompt_tokens`] gives them for `text`.
+        tokens: Vec<LlamaToken>,
+    },
 }
 
 impl PromptInput {
     /// The prompt's text (none for token prompts).
     pub(crate) fn text(&self) -> Option<&str> {
         match self {
-            Self::Text(text) => Some(text),
+            Self::Text(text) | Self::Tokenized { text, .. } => Some(text),
             Self::Tokens(_) => None,
         }
     }
@@ -173,6 +180,8 @@ struct Session<'m> {
     pregenerate: u32,
     /// What became of parked generations, for the cache status.
     parking: ParkingCounts,
+    /// The clock of the job being served, until its prompt's evaluation starts.
+    clock: Option<RequestClock>,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -284,6 +293,7 @@ impl<'m> Session<'m> {
             disk_writes,
             pregenerate: config.pregenerate,
             parking: ParkingCounts::default(),
+            clock: None,
         };
         session.publish_cache_status();
         Ok((session, info))
@@ -292,8 +302,9 @@ impl<'m> Session<'m> {
     /// Does what one command asks.
     fn handle(&mut self, command: Command) {
         match command {
-            Command::Generate(job) => {
+            Command::Generate(mut job) => {
                 self.signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
+                self.take_clock(&mut job);
                 // The client left while the request was queued: drop it without running.
                 if !job.events.is_closed() {
                     self.serve(*job);
@@ -301,7 +312,10 @@ impl<'m> Session<'m> {
             }
             // Replaced by a newer prefill while it waited (answered then), or the client left.
             Command::Prefill(queued) => match queued.take() {
-                Some(job) if !job.events.is_closed() => self.serve_prefill(*job),
+                Some(mut job) if !job.events.is_closed() => {
+                    self.take_clock(&mut job);
+                    self.serve_prefill(*job);
+                }
                 _ => {}
             },
             Command::Idle(reply) => {
@@ -312,6 +326,14 @@ impl<'m> Session<'m> {
                 let _ = reply.send(());
             }
         }
+    }
+
+    /// Starts serving `job`: its clock, if it has one, says it was taken now.
+    fn take_clock(&mut self, job: &mut Job) {
+        self.clock = job.clock.take().map(|mut clock| {
+            clock.taken();
+            clock
+        });
     }
 
     fn tokenize(&self, prompt: PromptInput) -> Result<Vec<LlamaToken>, EngineError> {
@@ -380,7 +402,8 @@ impl<'m> Session<'m> {
         let prompt_tokens = fitted.tokens.len() as u32;
         let (picker, reasoning, reasoning_opened) = self.reply_picker(request, fitted.text.as_deref())?;
         let parked = self.take_parked(&fitted.tokens);
-        let Evaluated { cached, logits_index, mut cache, time: prompt_time, .. } = match &parked {
+        let Evaluated { cached, logits_index, mut cache, time: prompt_time, request: request_path, .. } = match &parked
+        {
             Some(_) => self.adopt_parked(&fitted, events, reasoning_opened)?,
             None => self.evaluate_prompt(&fitted, Purpose::Reply, events, reasoning_opened)?,
         };
@@ -422,7 +445,13 @@ impl<'m> Session<'m> {
             reasoning_tokens: reply.reasoning_tokens(),
         };
         let draft = self.sequence.speculates().then(|| speculating.stats(self.sequence.take_catch_up()));
-        let timings = Timings { prompt: prompt_time, generation: generation_start.elapsed(), draft, cache };
+        let timings = Timings {
+            prompt: prompt_time,
+            generation: generation_start.elapsed(),
+            draft,
+            cache,
+            request: request_path,
+        };
         let finished = Event::Finished { reason, usage, timings };
         Ok(CompletedReply { finished, text: reply.into_text(), prompt_text, shortened, reasoning_opened })
     }

@@ -90,8 +90,13 @@ impl Session<'_> {
             }
             _ => 0,
         };
-        let timings =
-            Timings { prompt: evaluated.time, generation: Duration::ZERO, draft: None, cache: evaluated.cache };
+        let timings = Timings {
+            prompt: evaluated.time,
+            generation: Duration::ZERO,
+            draft: None,
+            cache: evaluated.cache,
+            request: evaluated.request,
+        };
         Ok(PrefillReport {
             prompt_tokens: fitted.tokens.len() as u32,
             cached_tokens: evaluated.cached as u32,
