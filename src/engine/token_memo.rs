@@ -216,7 +216,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn specials(tokens: &[(&str, bool)]) -> SpecialTokens {
-        SpecialTokens::new(tokens.iter().map(|(t, l)| (t.as_bytes().to_vec(), *l))).unwrap()
+        SpecialTokens::new(tokens.iter().map(|(t, l)| (t.as_bytes().to_vec(), *l))).expect("valid special tokens")
     }
 
     #[test]
@@ -276,20 +276,20 @@ mod tests {
         let s = specials(&[("<s>", false)]);
         let mut memo = TokenMemo::default();
         let tokenize = |text: &str, memo: &mut TokenMemo<String>| {
-            memo.tokenize(text, true, &s.cuts(text.as_bytes()), pair_tokenizer).unwrap()
+            memo.tokenize(text, true, &s.cuts(text.as_bytes()), pair_tokenizer).expect("tokenized")
         };
         let first = "<s>sys: be brief<s>user: hi<s>bot:";
         let got = tokenize(first, &mut memo);
-        assert_eq!((got.tokens, got.kept), (pair_tokenizer(first, true).unwrap(), 0));
+        assert_eq!((got.tokens, got.kept), (pair_tokenizer(first, true).expect("tokenized"), 0));
         let second = "<s>sys: be brief<s>user: hi<s>bot: hello<s>user: more<s>bot:";
         let got = tokenize(second, &mut memo);
-        assert_eq!(got.tokens, pair_tokenizer(second, true).unwrap());
+        assert_eq!(got.tokens, pair_tokenizer(second, true).expect("tokenized"));
         // Kept: BOS and everything before the last "<s>" the two share.
-        assert_eq!(got.kept, pair_tokenizer("<s>sys: be brief<s>user: hi", true).unwrap().len());
+        assert_eq!(got.kept, pair_tokenizer("<s>sys: be brief<s>user: hi", true).expect("tokenized").len());
         assert_eq!(got.tokenized_bytes, second.len() - "<s>sys: be brief<s>user: hi".len());
         // The same text again: everything up to its last cut is kept.
         let got = tokenize(second, &mut memo);
-        assert_eq!(got.tokens, pair_tokenizer(second, true).unwrap());
+        assert_eq!(got.tokens, pair_tokenizer(second, true).expect("tokenized"));
         assert_eq!(got.tokenized_bytes, "<s>bot:".len());
     }
 
@@ -299,13 +299,13 @@ mod tests {
         let mut memo = TokenMemo::default();
         let a = "<s>aaaa<s>bbbb<s>cccc";
         let b = "<s>aaaa<s>bxbb<s>cccc";
-        memo.tokenize(a, false, &s.cuts(a.as_bytes()), pair_tokenizer).unwrap();
-        let got = memo.tokenize(b, false, &s.cuts(b.as_bytes()), pair_tokenizer).unwrap();
-        assert_eq!(got.tokens, pair_tokenizer(b, false).unwrap());
-        assert_eq!(got.kept, pair_tokenizer("<s>aaaa", false).unwrap().len());
+        memo.tokenize(a, false, &s.cuts(a.as_bytes()), pair_tokenizer).expect("tokenized");
+        let got = memo.tokenize(b, false, &s.cuts(b.as_bytes()), pair_tokenizer).expect("tokenized");
+        assert_eq!(got.tokens, pair_tokenizer(b, false).expect("tokenized"));
+        assert_eq!(got.kept, pair_tokenizer("<s>aaaa", false).expect("tokenized").len());
         // Another BOS rule shares nothing.
-        let got = memo.tokenize(b, true, &s.cuts(b.as_bytes()), pair_tokenizer).unwrap();
-        assert_eq!((got.kept, got.tokens), (0, pair_tokenizer(b, true).unwrap()));
+        let got = memo.tokenize(b, true, &s.cuts(b.as_bytes()), pair_tokenizer).expect("tokenized");
+        assert_eq!((got.kept, got.tokens), (0, pair_tokenizer(b, true).expect("tokenized")));
     }
 
     #[test]
@@ -314,13 +314,13 @@ mod tests {
         let mut memo = TokenMemo::default();
         let texts: Vec<String> = (0..6).map(|i| format!("<s>conversation {i}<s>turn")).collect();
         for text in &texts {
-            memo.tokenize(text, false, &s.cuts(text.as_bytes()), pair_tokenizer).unwrap();
+            memo.tokenize(text, false, &s.cuts(text.as_bytes()), pair_tokenizer).expect("tokenized");
         }
         assert_eq!(memo.entries.len(), MEMO_ENTRIES);
         let again = format!("{}<s>more", texts[5]);
-        let got = memo.tokenize(&again, false, &s.cuts(again.as_bytes()), pair_tokenizer).unwrap();
+        let got = memo.tokenize(&again, false, &s.cuts(again.as_bytes()), pair_tokenizer).expect("tokenized");
         assert!(got.kept > 0);
-        assert_eq!(got.tokens, pair_tokenizer(&again, false).unwrap());
+        assert_eq!(got.tokens, pair_tokenizer(&again, false).expect("tokenized"));
     }
 
     proptest! {
@@ -339,8 +339,8 @@ mod tests {
             let mut memo = TokenMemo::default();
             for text in &texts {
                 for variant in [text.clone(), format!("{text}<s>a"), text.chars().take(5).collect()] {
-                    let got = memo.tokenize(&variant, bos, &s.cuts(variant.as_bytes()), pair_tokenizer).unwrap();
-                    prop_assert_eq!(got.tokens, pair_tokenizer(&variant, bos).unwrap());
+                    let got = memo.tokenize(&variant, bos, &s.cuts(variant.as_bytes()), pair_tokenizer).expect("tokenized");
+                    prop_assert_eq!(got.tokens, pair_tokenizer(&variant, bos).expect("tokenized"));
                 }
             }
         }
