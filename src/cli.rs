@@ -94,6 +94,11 @@ pub(crate) struct ContextArgs {
     /// Threads for prompt evaluation [default: physical cores].
     #[arg(long = "threads-batch", env = "FIRSTWORD_THREADS_BATCH")]
     pub threads_batch: Option<u32>,
+    /// Always compute with -t and --threads-batch threads. By default they are the most used,
+    /// and fewer run while other processes keep cores busy (llama.cpp's spinning workers
+    /// collapse when a core they need is taken).
+    #[arg(long = "fixed-threads", env = "FIRSTWORD_FIXED_THREADS")]
+    pub fixed_threads: bool,
     /// Logical batch size: most prompt tokens per decode call.
     #[arg(short = 'b', long = "batch-size", env = "FIRSTWORD_BATCH_SIZE", default_value_t = EngineConfig::DEFAULT_BATCH_SIZE)]
     pub batch_size: u32,
@@ -332,6 +337,7 @@ impl ServeArgs {
             },
             threads: context.threads.unwrap_or(defaults.threads),
             threads_batch: context.threads_batch.unwrap_or(defaults.threads_batch),
+            fixed_threads: context.fixed_threads,
             batch_size: context.batch_size,
             ubatch_size: context.ubatch_size,
             n_gpu_layers: model.n_gpu_layers,

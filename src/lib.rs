@@ -48,5 +48,6 @@ pub mod fuzzing;
 pub use chat::{ChatMessage, Grammar, Role};
 pub use engine::{
     CacheMiss, CacheReport, CacheSource, CacheStatus, Engine, EngineConfig, EngineError, Event, FinishReason,
-    Generation, GenerationRequest, ModelInfo, PendingPrefill, PrefillReport, Prompt, ReplyCut, SamplingParams, Usage,
+    Generation, GenerationRequest, ModelInfo, PendingPrefill, PrefillReport, Prompt, ReplyCut, SamplingParams,
+    ThreadCounts, ThreadsInUse, Usage,
 };

@@ -7,7 +7,7 @@ use crate::chat::tools::ToolDefinition;
 use crate::chat::{ChatMessage, TemplateKwargs};
 use crate::engine::{
     CacheStatus, EngineError, EngineLoad, Event, Generation, GenerationRequest, ModelInfo, PrefillReport, Prompt,
-    RenderedPrompt,
+    RenderedPrompt, ThreadsInUse,
 };
 use crate::Engine;
 
@@ -52,6 +52,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Requests running and waiting.
     fn load(&self) -> EngineLoad;
+
+    /// The threads llama.cpp computes with now; `None` where there is no llama.cpp (the
+    /// scripted engine of the unit tests).
+    fn threads(&self) -> Option<ThreadsInUse> {
+        None
+    }
 
     /// `text`'s token ids, on the calling thread (a conversion thread: it has the large stack
     /// tokenizing needs).
@@ -121,6 +127,10 @@ impl Backend for Engine {
 
     fn load(&self) -> EngineLoad {
         Engine::load(self)
+    }
+
+    fn threads(&self) -> Option<ThreadsInUse> {
+        Some(Engine::threads(self))
     }
 
     fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<i32>, EngineError> {

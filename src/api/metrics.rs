@@ -56,6 +56,11 @@ struct StoreLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ThreadLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ParkingLabels {
     outcome: &'static str,
 }
@@ -82,6 +87,8 @@ pub(super) struct Metrics {
     disk_bytes_written: Counter,
     live_tokens: Gauge,
     parked_generations: Family<ParkingLabels, Counter>,
+    threads: Family<ThreadLabels, Gauge>,
+    other_busy_cores: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Metrics {
@@ -108,6 +115,8 @@ impl Metrics {
             disk_bytes_written: Counter::default(),
             live_tokens: Gauge::default(),
             parked_generations: Family::default(),
+            threads: Family::default(),
+            other_busy_cores: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("requests", "Requests answered, by route and HTTP status", metrics.requests.clone());
@@ -156,6 +165,16 @@ impl Metrics {
             "parked_generations",
             "Parked generations (pregenerated, or a reply whose client left), by outcome: parked, adopted, discarded",
             metrics.parked_generations.clone(),
+        );
+        registry.register(
+            "threads",
+            "Threads llama.cpp computes with now, by kind (generation, batch): fewer while other processes keep cores busy",
+            metrics.threads.clone(),
+        );
+        registry.register(
+            "other_busy_cores",
+            "Cores other processes kept busy when the engine last looked (what decided the threads)",
+            metrics.other_busy_cores.clone(),
         );
         Self { registry, ..metrics }
     }
@@ -252,6 +271,11 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Result<Respon
     {
         let counter = metrics.parked_generations.get_or_create(&ParkingLabels { outcome });
         counter.inner().fetch_max(count, std::sync::atomic::Ordering::Relaxed);
+    }
+    if let Some(threads) = state.engine.threads() {
+        metrics.threads.get_or_create(&ThreadLabels { kind: "generation" }).set(i64::from(threads.counts.generation));
+        metrics.threads.get_or_create(&ThreadLabels { kind: "batch" }).set(i64::from(threads.counts.batch));
+        metrics.other_busy_cores.set(threads.other_busy_cores);
     }
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &metrics.registry)

@@ -39,6 +39,10 @@ pub struct EngineConfig {
     pub threads: u32,
     /// Threads for prompt evaluation.
     pub threads_batch: u32,
+    /// Keep `threads` and `threads_batch` whatever else runs; otherwise (the default) they are
+    /// the most llama.cpp uses, and it uses fewer while other processes keep cores busy
+    /// (Linux): its spinning workers collapse when a core they need is taken.
+    pub fixed_threads: bool,
     /// Logical batch: most prompt tokens submitted per decode call.
     pub batch_size: u32,
     /// Physical batch: most tokens llama.cpp computes at once.
@@ -149,6 +153,7 @@ impl EngineConfig {
             ctx_size: None,
             threads: cores,
             threads_batch: cores,
+            fixed_threads: false,
             batch_size: Self::DEFAULT_BATCH_SIZE,
             ubatch_size: Self::DEFAULT_UBATCH_SIZE,
             n_gpu_layers: Self::DEFAULT_N_GPU_LAYERS,

@@ -10,7 +10,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::speculative::MtpSpeculative;
 use llama_cpp_2::token::LlamaToken;
 
-use super::ffi::{sequence_state, sequence_state_size, set_sequence_state};
+use super::ffi::{sequence_state, sequence_state_size, set_sequence_state, set_threads};
 use super::prefix::common_prefix_len;
 use super::store::StateBytes;
 use super::EngineError;
@@ -422,6 +422,21 @@ impl<'m> Decoder<'m> {
             }
         }
         Ok(())
+    }
+
+    /// Sets the threads of the target's and the drafter's contexts (see [`super::threads`]);
+    /// false when llama.cpp's context could not be reached (the counts then stay).
+    pub(crate) fn set_threads(&mut self, generation: u32, batch: u32) -> bool {
+        match self {
+            Self::Plain(ctx) => set_threads(ctx, generation, batch),
+            Self::Mtp(mtp) => {
+                set_threads(mtp.spec.target_context_mut(), generation, batch)
+                    && set_threads(mtp.spec.draft_context_mut(), generation, batch)
+            }
+            Self::Model(model) => {
+                set_threads(&mut model.target, generation, batch) && set_threads(&mut model.draft, generation, batch)
+            }
+        }
     }
 
     /// Drops every cached position from `keep` on, in the target and the MTP context (a draft

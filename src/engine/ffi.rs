@@ -1,7 +1,8 @@
 //! The llama.cpp calls `llama-cpp-2` does not wrap safely, in the only module allowed `unsafe`:
 //! the model's sliding window, a sequence's state as plain bytes (the state store keeps them in
 //! RAM and writes them to disk; `llama-cpp-2`'s safe `SeqState` cannot be written), and what
-//! llama.cpp chose for an `auto` flash-attention policy (read from its log).
+//! llama.cpp chose for an `auto` flash-attention policy (read from its log), and the threads a
+//! context computes with.
 #![allow(unsafe_code)]
 
 use llama_cpp_2::context::session::LlamaStateSeqFlags;
@@ -57,6 +58,26 @@ pub(crate) fn set_sequence_state(ctx: &mut LlamaContext<'_>, bytes: &[u8]) -> bo
     // SAFETY: `bytes` is a state llama.cpp serialised for this model and context shape (see
     // above); llama.cpp reads at most `bytes.len()` bytes from it.
     unsafe { ctx.state_seq_set_data_ext(bytes, 0, LlamaStateSeqFlags::empty()) }
+}
+
+/// Sets the threads llama.cpp computes with: `generation` for single-token batches, `batch`
+/// for prompt batches (`llama_set_n_threads`, which `llama-cpp-2` does not wrap). False,
+/// and nothing changed, when the context's pointer could not be found.
+pub(crate) fn set_threads(ctx: &mut LlamaContext<'_>, generation: u32, batch: u32) -> bool {
+    let Some(raw) = context_pointer(&format!("{ctx:?}")) else { return false };
+    let (Ok(generation), Ok(batch)) = (i32::try_from(generation), i32::try_from(batch)) else { return false };
+    // SAFETY: `llama-cpp-2` (pinned to =0.1.160) prints a context as `LlamaContext { context:
+    // 0x… }`, the address of its `llama_context`, live while `ctx` is borrowed; the call only
+    // stores the two counts in the context's parameters, read at the next decode on this thread.
+    unsafe { llama_cpp_sys_2::llama_set_n_threads(raw as *mut llama_cpp_sys_2::llama_context, generation, batch) };
+    true
+}
+
+/// The `llama_context` address in `llama-cpp-2`'s `Debug` text of a context.
+fn context_pointer(debug: &str) -> Option<usize> {
+    let rest = debug.strip_prefix("LlamaContext { context: 0x")?;
+    let hex = rest.strip_suffix(" }")?;
+    usize::from_str_radix(hex, 16).ok().filter(|&address| address != 0)
 }
 
 /// Sends llama.cpp's and ggml's log to `tracing` (see `llama_log`), in place of llama-cpp-2's
@@ -178,7 +199,7 @@ pub(crate) fn flash_attention_choice(message: &[u8]) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::flash_attention_choice;
+    use super::{context_pointer, flash_attention_choice};
 
     #[test]
     fn the_flash_attention_choice_is_read_from_llama_cpp_s_messages() {
@@ -189,5 +210,13 @@ mod tests {
         );
         assert_eq!(flash_attention_choice(b"llama_context: flash_attn = auto\n"), None);
         assert_eq!(flash_attention_choice(b"resolve_fused_ops: fused Gated Delta Net enabled\n"), None);
+    }
+
+    #[test]
+    fn the_context_address_is_read_from_its_debug_text() {
+        assert_eq!(context_pointer("LlamaContext { context: 0x5603a1b2c3d0 }"), Some(0x5603_a1b2_c3d0));
+        assert_eq!(context_pointer("LlamaContext { context: 0x0 }"), None);
+        assert_eq!(context_pointer("LlamaContext { context: Ptr(0x5603a1b2c3d0) }"), None);
+        assert_eq!(context_pointer("LlamaContext { context: 0x56zz }"), None);
     }
 }

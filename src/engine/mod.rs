@@ -25,6 +25,7 @@ mod sequence;
 mod speculation;
 mod store;
 mod text;
+mod threads;
 mod token_memo;
 mod tokenizer;
 mod worker;
@@ -54,6 +55,7 @@ pub(crate) use request_path::RequestClock;
 pub use request_path::RequestPath;
 pub use sampling::SamplingParams;
 pub use speculation::{SpecMode, SpeculationConfig};
+pub use threads::{ThreadCounts, ThreadsInUse};
 pub(crate) use worker::panic_message;
 
 /// Stack reserved for every thread that tokenizes: some pre-tokenizers fall back to
@@ -172,6 +174,8 @@ struct Signals {
     /// Generation jobs queued and not taken by the inference thread yet: a running prefill
     /// yields to them.
     waiting_generations: AtomicUsize,
+    /// The threads llama.cpp computes with now.
+    threads: Arc<threads::PublishedThreads>,
 }
 
 impl Drop for Shared {
@@ -498,6 +502,13 @@ impl Engine {
             disk.signature_bytes = counters.signature_bytes();
         }
         status
+    }
+
+    /// The threads llama.cpp computes with now, and the load of other processes that decided
+    /// them (see [`EngineConfig::fixed_threads`]).
+    #[must_use]
+    pub fn threads(&self) -> ThreadsInUse {
+        self.shared.signals.threads.read()
     }
 
     /// Blocks until every request queued before this call has been served, including the cache

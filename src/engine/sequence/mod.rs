@@ -14,6 +14,7 @@ use super::disk::DiskCache;
 use super::policy::{self, CacheShape, EvaluationPlan, LiveView, RestoreCosts};
 use super::prefix::{common_prefix_len, window_covers};
 use super::store::StateStore;
+use super::threads::ThreadGovernor;
 use super::{CacheMiss, CacheSource, EngineError};
 
 mod restore;
@@ -52,6 +53,9 @@ pub(crate) struct LiveSequence<'m> {
     /// The positions of the reply generated after the last prompt (its evaluated tokens), so
     /// a next turn that cuts it is explained and, where the cache cannot be cut, checkpointed.
     reply: Option<(usize, usize)>,
+    /// Sets llama.cpp's threads before a batch, following the machine's load; `None`: the
+    /// configured counts always.
+    threads: Option<ThreadGovernor>,
 }
 
 /// What reusing the cache did for one prompt.
@@ -99,6 +103,17 @@ impl<'m> LiveSequence<'m> {
             origin: CacheSource::Live,
             costs: RestoreCosts::default(),
             reply: None,
+            threads: None,
+        }
+    }
+
+    /// Lets `governor` set the threads before each batch, if llama.cpp's contexts can be
+    /// reached (`configured`, the counts they were created with, is set once to find out).
+    pub(crate) fn govern_threads(&mut self, governor: ThreadGovernor, configured: (u32, u32)) {
+        if self.decoder.set_threads(configured.0, configured.1) {
+            self.threads = Some(governor);
+        } else {
+            tracing::warn!("llama.cpp's thread counts cannot be changed here: they stay as configured");
         }
     }
 
@@ -180,6 +195,9 @@ impl<'m> LiveSequence<'m> {
             return Err(EngineError::Decode("nothing to evaluate".into()));
         }
         self.save_pending_checkpoint();
+        if let Some(counts) = self.threads.as_mut().and_then(|governor| governor.before_batch(Instant::now())) {
+            self.decoder.set_threads(counts.generation, counts.batch);
+        }
         if let Err(e) = self.decoder.decode(tokens, self.cached.len(), kind) {
             self.clear();
             return Err(e);

@@ -21,6 +21,7 @@ use super::reply::{Halt, ReasoningLimit, Reply};
 use super::sampling::TokenPicker;
 use super::sequence::LiveSequence;
 use super::speculation::{DraftDepth, Speculating};
+use super::threads::{ThreadCounts, ThreadGovernor};
 use super::tokenizer::Tokenizer;
 use super::{
     CacheStatus, Command, ContextOverflow, EngineConfig, EngineError, Event, GenerationRequest, Job, ModelInfo,
@@ -216,6 +217,11 @@ impl<'m> Session<'m> {
             create_decoder(backend, model, draft_model, plan, config)?;
         let recurrent = model.is_recurrent() || model.is_hybrid();
         let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
+        let threads = ThreadCounts { generation: config.threads.max(1), batch: config.threads_batch.max(1) };
+        let governor = ThreadGovernor::new(threads, !config.fixed_threads, Arc::clone(&signals.threads));
+        if !config.fixed_threads {
+            sequence.govern_threads(governor, (threads.generation, threads.batch));
+        }
         let budget = usize::try_from(cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         // Checkpoints where a cache cannot be cut everywhere: recurrent state; a sliding window
         // (the small SWA cache drops what is older, and a restored state, full SWA cache

@@ -1,0 +1,106 @@
+//! llama.cpp's threads follow the machine: while other processes keep every core but one busy,
+//! the engine computes with one thread (its spinning workers would otherwise wait for each
+//! other at every barrier); once they stop, it goes back to what the measure allows. A reply
+//! computed with one thread is the one a fixed two-thread engine gives (greedy).
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{chat, greedy, smollm2_path, test_config};
+use firstword::{ChatMessage, Engine, EngineConfig, ThreadsInUse};
+
+/// Busy loops in other processes, stopped when dropped.
+struct BusyLoops(Vec<Child>);
+
+impl BusyLoops {
+    fn start(count: usize) -> Self {
+        Self(
+            (0..count)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .expect("a busy loop starts")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for BusyLoops {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Logical CPUs, as `/proc/stat` lists them (what the engine measures against).
+fn cpus() -> usize {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    stat.lines()
+        .filter(|line| line.starts_with("cpu") && line.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count()
+}
+
+/// The threads a measure of `other` busy cores allows, configured for two.
+fn allowed(threads: &ThreadsInUse) -> u32 {
+    let busy = threads.other_busy_cores.round() as u32;
+    2u32.min(threads.cpus.saturating_sub(busy)).max(1)
+}
+
+fn question(text: &str) -> firstword::Prompt {
+    chat(&[ChatMessage::system("You are a helpful home assistant."), ChatMessage::user(text)])
+}
+
+/// Sends short requests until `done` holds for the engine's threads once it is idle (the
+/// engine looks at the machine at most twice a second, before a batch); panics after a minute.
+fn until(engine: &Engine, what: &str, done: impl Fn(&ThreadsInUse) -> bool) -> ThreadsInUse {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        greedy(engine, question("Say hello."), 8);
+        engine.wait_idle_blocking();
+        let threads = engine.threads();
+        if done(&threads) {
+            return threads;
+        }
+        assert!(Instant::now() < deadline, "{what}: still {threads:?} after a minute");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn threads_drop_to_one_while_other_processes_hold_the_other_cores_and_come_back() {
+    let config = EngineConfig { threads: 2, threads_batch: 2, ..test_config(smollm2_path()) };
+    let engine = Engine::start(config.clone()).expect("SmolLM2 loads");
+    engine.wait_idle_blocking();
+    assert_eq!(engine.threads().counts, firstword::ThreadCounts { generation: 2, batch: 2 }, "configured at start");
+
+    let cpus = cpus();
+    let load = BusyLoops::start(cpus.saturating_sub(1));
+    let loaded = until(&engine, "under load", |t| t.counts.generation == 1 && t.counts.batch == 1);
+    assert_eq!(loaded.cpus as usize, cpus);
+    // A prompt the engine has not seen, evaluated and answered with one thread.
+    let prompt = question("Name three rooms of a house, one per line.");
+    let one_thread = greedy(&engine, prompt.clone(), 24);
+    let usage = one_thread.usage;
+    assert!(usage.prompt_tokens >= usage.cached_tokens + 10, "the question was evaluated here: {usage:?}");
+    engine.wait_idle_blocking();
+    assert_eq!(engine.threads().counts.generation, 1, "the load held while it was answered");
+    drop(load);
+
+    // The measure sees the busy loops gone, and the threads follow it.
+    let busy_before = loaded.other_busy_cores;
+    let after = until(&engine, "after the load", |t| t.other_busy_cores < busy_before - 0.5);
+    assert_eq!(after.counts.generation, allowed(&after), "{after:?}");
+    assert_eq!(after.counts.batch, allowed(&after), "{after:?}");
+
+    let fixed = Engine::start(EngineConfig { fixed_threads: true, ..config }).expect("SmolLM2 loads");
+    let two_threads = greedy(&fixed, prompt, 24);
+    assert_eq!(fixed.threads().counts, firstword::ThreadCounts { generation: 2, batch: 2 });
+    assert_eq!(one_thread.text, two_threads.text, "the same reply at either thread count");
+}
