@@ -58,7 +58,8 @@ fn question(text: &str) -> firstword::Prompt {
 }
 
 /// Sends short requests until `done` holds for the engine's threads once it is idle (the
-/// engine looks at the machine at most twice a second, before a batch); panics after a minute.
+/// engine measures the machine every 250 ms and sets the threads before a batch); panics
+/// after a minute.
 fn until(engine: &Engine, what: &str, done: impl Fn(&ThreadsInUse) -> bool) -> ThreadsInUse {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

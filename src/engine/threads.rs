@@ -4,19 +4,28 @@
 //! they wait. When another process runs on a core they need, every barrier waits for the
 //! descheduled worker's next time slice: on 2 cores with one kept busy, SmolLM2 decoded at
 //! 21.9 tok/s with 2 threads and 47.3 with 1 (docs/benchmarks.md, "Threads on a 2-core
-//! machine"). So before a batch, at most every [`LOOK_EVERY`], the engine reads how much CPU
-//! the rest of the machine used since its last look (`/proc/stat` less this process's own
-//! time, `/proc/self/stat`) and runs as many threads as cores are left, within the configured
-//! counts ([`fitted_threads`], pure). Niced work is not counted: it yields to ours. Linux
-//! only; elsewhere, or with `fixed` set, the configured counts stay.
+//! machine"). So a sampler thread reads, every [`SAMPLE_EVERY`], how much CPU the rest of the
+//! machine used (`/proc/stat` less this process's own time, `/proc/self/stat`; niced work
+//! left out: it yields to ours), and before each batch the inference thread runs as many
+//! threads as cores were left over the last two samples, within the configured counts
+//! ([`fitted_threads`], pure). The measure is always recent: work that ended a while ago (a
+//! job between two requests) does not count. Linux only; elsewhere, or with `fixed` set, the
+//! configured counts stay.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-/// Shortest time between two looks at the machine's CPU use (each reads two small `/proc`
-/// files: tens of microseconds).
-pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(500);
+/// Time between two readings of the machine's CPU use (each reads two small `/proc` files:
+/// tens of microseconds); the measure spans the last two.
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+/// Prompt batches of at least this many tokens keep the configured batch threads: their
+/// operations are long enough that two threads sharing a core with other work still finish
+/// sooner than one (a cold 2K-token prompt next to a busy core: 11.1 s with 2 threads, 12.2 s
+/// with 1, docs/benchmarks.md), and a measure taken just before a long batch (another
+/// process's start-up) would otherwise hold for the seconds the batch lasts.
+pub(crate) const LONG_BATCH_TOKENS: usize = 256;
 
 /// Threads for generation (one token a batch) and for prompt batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +46,22 @@ pub struct ThreadsInUse {
     pub other_busy_cores: f64,
     /// Logical CPUs the machine has (0 where it is not measured).
     pub cpus: u32,
+}
+
+/// The counts for a batch of `batch_tokens`: generation and short batches fitted to the cores
+/// other work leaves ([`fitted_threads`]), long batches at the configured count.
+pub(crate) fn counts_for_batch(
+    configured: ThreadCounts,
+    cpus: u32,
+    other_busy_cores: f64,
+    batch_tokens: usize,
+) -> ThreadCounts {
+    let batch = if batch_tokens >= LONG_BATCH_TOKENS {
+        configured.batch
+    } else {
+        fitted_threads(configured.batch, cpus, other_busy_cores)
+    };
+    ThreadCounts { generation: fitted_threads(configured.generation, cpus, other_busy_cores), batch }
 }
 
 /// Threads to run with: the configured count, less the cores other work keeps busy (rounded
@@ -132,42 +157,66 @@ impl PublishedThreads {
     }
 }
 
+/// The sampler's latest measure, as the inference thread reads it.
+#[derive(Debug, Default)]
+struct Measure {
+    /// Cores other processes kept busy over the last two samples, in thousandths.
+    other_busy_milli: AtomicU64,
+    /// Logical CPUs (0 until the first measure).
+    cpus: AtomicU32,
+}
+
+/// Reads the machine's CPU use every [`SAMPLE_EVERY`] into `measure`, until it is dropped.
+fn sample(measure: &Weak<Measure>, first: (CpuTimes, u32)) {
+    let (mut before, _) = first;
+    let mut last_interval: Option<f64> = None;
+    loop {
+        std::thread::sleep(SAMPLE_EVERY);
+        let Some(measure) = measure.upgrade() else { return };
+        let Some((now, cpus)) = read_cpu_times() else { return };
+        let interval = other_busy_cores(before, now, cpus);
+        let over_two = last_interval.map_or(interval, |last| (last + interval) / 2.0);
+        measure.other_busy_milli.store((over_two * 1000.0).round() as u64, Ordering::Relaxed);
+        measure.cpus.store(cpus, Ordering::Relaxed);
+        (before, last_interval) = (now, Some(interval));
+    }
+}
+
 /// Decides, on the inference thread, the thread counts for the next batch.
 pub(crate) struct ThreadGovernor {
     configured: ThreadCounts,
-    /// Follow the machine (false: the configured counts always).
-    adaptive: bool,
-    /// The last look: when, and the counters then.
-    last: Option<(Instant, CpuTimes)>,
+    /// The sampler's measure; `None`: the configured counts always.
+    measure: Option<Arc<Measure>>,
     now: ThreadsInUse,
     published: Arc<PublishedThreads>,
 }
 
 impl ThreadGovernor {
-    /// A governor starting at the configured counts (what the context was created with).
+    /// A governor starting at the configured counts (what the context was created with);
+    /// `adaptive` starts the sampler, where `/proc` has the counters.
     pub(crate) fn new(configured: ThreadCounts, adaptive: bool, published: Arc<PublishedThreads>) -> Self {
         let now = ThreadsInUse { counts: configured, other_busy_cores: 0.0, cpus: 0 };
         published.publish(now);
-        Self { configured, adaptive, last: None, now, published }
+        let measure = adaptive.then(read_cpu_times).flatten().and_then(|first| {
+            let measure = Arc::new(Measure::default());
+            let weak = Arc::downgrade(&measure);
+            let spawned =
+                std::thread::Builder::new().name("firstword-cpu-load".into()).spawn(move || sample(&weak, first));
+            spawned.is_ok().then_some(measure)
+        });
+        Self { configured, measure, now, published }
     }
 
-    /// The counts for the next batch when they differ from those in use (the caller sets
-    /// them on its contexts), `None` when they stay.
-    pub(crate) fn before_batch(&mut self, at: Instant) -> Option<ThreadCounts> {
-        if !self.adaptive || self.last.is_some_and(|(then, _)| at.duration_since(then) < LOOK_EVERY) {
+    /// The counts for the next batch, of `batch_tokens` tokens, when they differ from those in
+    /// use (the caller sets them on its contexts), `None` when they stay.
+    pub(crate) fn before_batch(&mut self, batch_tokens: usize) -> Option<ThreadCounts> {
+        let measure = self.measure.as_ref()?;
+        let cpus = measure.cpus.load(Ordering::Relaxed);
+        if cpus == 0 {
             return None;
         }
-        let Some((times, cpus)) = read_cpu_times() else {
-            self.adaptive = false;
-            return None;
-        };
-        let before = self.last.replace((at, times));
-        let (_, before) = before?;
-        let other = other_busy_cores(before, times, cpus);
-        let counts = ThreadCounts {
-            generation: fitted_threads(self.configured.generation, cpus, other),
-            batch: fitted_threads(self.configured.batch, cpus, other),
-        };
+        let other = measure.other_busy_milli.load(Ordering::Relaxed) as f64 / 1000.0;
+        let counts = counts_for_batch(self.configured, cpus, other, batch_tokens);
         let changed = counts != self.now.counts;
         if changed {
             tracing::debug!(
@@ -212,6 +261,16 @@ mod tests {
     }
 
     #[test]
+    fn long_prompt_batches_keep_the_configured_batch_threads() {
+        let configured = ThreadCounts { generation: 2, batch: 2 };
+        let short = counts_for_batch(configured, 2, 1.0, LONG_BATCH_TOKENS - 1);
+        assert_eq!(short, ThreadCounts { generation: 1, batch: 1 });
+        let long = counts_for_batch(configured, 2, 1.0, LONG_BATCH_TOKENS);
+        assert_eq!(long, ThreadCounts { generation: 1, batch: 2 });
+        assert_eq!(counts_for_batch(configured, 2, 0.0, 1), configured);
+    }
+
+    #[test]
     fn proc_stat_is_read_without_niced_time() {
         let text = "cpu  1000 300 200 5000 100 10 20 5 0 0\ncpu0 500 150 100 2500 50 5 10 2 0 0\n\
                     cpu1 500 150 100 2500 50 5 10 3 0 0\nintr 12345\nctxt 99\n";
@@ -245,9 +304,8 @@ mod tests {
         let configured = ThreadCounts { generation: 2, batch: 2 };
         let published = Arc::new(PublishedThreads::default());
         let mut governor = ThreadGovernor::new(configured, false, published.clone());
-        let start = Instant::now();
-        for step in 0..3 {
-            assert_eq!(governor.before_batch(start + LOOK_EVERY * step), None);
+        for _ in 0..3 {
+            assert_eq!(governor.before_batch(1), None);
         }
         assert_eq!(published.read().counts, configured);
     }

@@ -195,7 +195,7 @@ impl<'m> LiveSequence<'m> {
             return Err(EngineError::Decode("nothing to evaluate".into()));
         }
         self.save_pending_checkpoint();
-        if let Some(counts) = self.threads.as_mut().and_then(|governor| governor.before_batch(Instant::now())) {
+        if let Some(counts) = self.threads.as_mut().and_then(|governor| governor.before_batch(tokens.len())) {
             self.decoder.set_threads(counts.generation, counts.batch);
         }
         if let Err(e) = self.decoder.decode(tokens, self.cached.len(), kind) {
