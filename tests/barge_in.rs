@@ -56,6 +56,20 @@ fn interrupted_reply(
     tokens
 }
 
+/// The next turn's prompt after a barge-in: the first prompt, the reply's first `kept` tokens,
+/// then `next_turn` (the template's text after a reply, tokenized as it follows text: after a
+/// stand-in "a" and whatever BOS that has); it must leave the reply exactly at the cut.
+fn cut_turn(engine: &Engine, prompt1: &[i32], reply: &[(i32, Vec<u8>)], kept: usize, next_turn: &str) -> Vec<i32> {
+    let tokenize = |text: &str| engine.tokenize_blocking(&Prompt::Text(text.into())).expect("tokens");
+    let other = tokenize(&format!("a{next_turn}"));
+    let bos = tokenize("a").len();
+    let mut tokens = prompt1.to_vec();
+    tokens.extend(reply[..kept].iter().map(|(token, _)| *token));
+    tokens.extend(&other[bos..]);
+    assert_ne!(tokens[prompt1.len() + kept], reply[kept].0, "the prompt leaves the reply at the cut");
+    tokens
+}
+
 /// A fresh engine (store off) evaluates `prompt` as the barge-in turn was served: its first
 /// `prompt1` tokens (turn 1's prompt) in one go, then each kept reply token alone, as they
 /// were generated, then the rest; returns the greedy answer.
@@ -144,14 +158,7 @@ fn lfm2_restarts_from_the_newest_reply_checkpoint_before_the_cut() {
     let prompt1 = engine.tokenize_blocking(&Prompt::chat(messages.clone(), Vec::new())).expect("tokens");
     let reply = interrupted_reply(&engine, &messages, &[2, 0], 100);
     let kept = 70;
-    // Another turn's tokens, as they follow text (after a stand-in "a" and whatever BOS it has).
-    let tokenize = |text: &str| engine.tokenize_blocking(&Prompt::Text(text.into())).expect("tokens");
-    let other = tokenize("a<|im_end|>\n<|im_start|>user\nStop.");
-    let bos = tokenize("a").len();
-    let mut tokens = prompt1.clone();
-    tokens.extend(reply[..kept].iter().map(|(token, _)| *token));
-    tokens.extend(&other[bos..]);
-    assert_ne!(tokens[prompt1.len() + kept], reply[kept].0, "the prompt leaves the reply at the cut");
+    let tokens = cut_turn(&engine, &prompt1, &reply, kept, "<|im_end|>\n<|im_start|>user\nStop.");
     let turn2 = greedy(&engine, Prompt::Tokens(tokens.clone()), 8);
     let cache = turn2.timings.cache;
     eprintln!("turn 2 {:?} {cache:?}", turn2.usage);
@@ -188,13 +195,8 @@ fn the_small_swa_cache_restarts_from_a_reply_checkpoint() {
     assert!(prompt1.len() > 900, "the SWA cache dropped the prompt's start: {}", prompt1.len());
     let reply = interrupted_reply(&engine, &messages, &[106, 1], 360);
     let kept = 40;
-    let tokenize = |text: &str| engine.tokenize_blocking(&Prompt::Text(text.into())).expect("tokens");
-    let other = tokenize("a<end_of_turn>\n<start_of_turn>user\nStop.<end_of_turn>\n<start_of_turn>model\n");
-    let bos = tokenize("a").len();
-    let mut tokens = prompt1.clone();
-    tokens.extend(reply[..kept].iter().map(|(token, _)| *token));
-    tokens.extend(&other[bos..]);
-    assert_ne!(tokens[prompt1.len() + kept], reply[kept].0, "the prompt leaves the reply at the cut");
+    let next_turn = "<end_of_turn>\n<start_of_turn>user\nStop.<end_of_turn>\n<start_of_turn>model\n";
+    let tokens = cut_turn(&engine, &prompt1, &reply, kept, next_turn);
     let turn2 = greedy(&engine, Prompt::Tokens(tokens.clone()), 8);
     let cache = turn2.timings.cache;
     eprintln!("turn 2 {:?} {cache:?}", turn2.usage);

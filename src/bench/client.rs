@@ -145,15 +145,24 @@ async fn read_answer(response: reqwest::Response, row: &mut Row, start: Instant)
 async fn read_stream(mut response: reqwest::Response, row: &mut Row, start: Instant) -> Result<ServerReply, String> {
     let mut stream = StreamRead::default();
     let mut buffer = String::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| format!("stream broke: {e}"))? {
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        let Some(end) = buffer.rfind("\n\n") else { continue };
-        let events: String = buffer.drain(..end + 2).collect();
+    while let Some(events) = next_events(&mut response, &mut buffer).await? {
         for data in sse_data(&events) {
             stream.data(data.trim(), row, start)?;
         }
     }
     stream.finish(row)
+}
+
+/// Reads `response` until at least one whole SSE event has arrived and returns the whole
+/// events received (what follows the last one stays in `buffer`); `None` at the stream's end.
+async fn next_events(response: &mut reqwest::Response, buffer: &mut String) -> Result<Option<String>, String> {
+    while let Some(chunk) = response.chunk().await.map_err(|e| format!("stream broke: {e}"))? {
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        if let Some(end) = buffer.rfind("\n\n") {
+            return Ok(Some(buffer.drain(..end + 2).collect()));
+        }
+    }
+    Ok(None)
 }
 
 /// A stream as read so far: the reply, and when its deltas came.
@@ -268,10 +277,7 @@ pub(super) async fn send_cancelled(
     let mut response = check_status(response, &mut row).await?;
     let mut stream = StreamRead::default();
     let mut buffer = String::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| format!("stream broke: {e}"))? {
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        let Some(end) = buffer.rfind("\n\n") else { continue };
-        let events: String = buffer.drain(..end + 2).collect();
+    while let Some(events) = next_events(&mut response, &mut buffer).await? {
         for data in sse_data(&events) {
             stream.data(data.trim(), &mut row, start)?;
         }
