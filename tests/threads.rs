@@ -2,6 +2,8 @@
 //! the engine computes with one thread (its spinning workers would otherwise wait for each
 //! other at every barrier); once they stop, it goes back to what the measure allows. A reply
 //! computed with one thread is the one a fixed two-thread engine gives (greedy).
+//! The return needs the other cores free of other work while it runs (CI runs the test
+//! binaries one at a time); with another build running beside it, it fails, never passes.
 
 mod common;
 

@@ -226,8 +226,12 @@ impl ThreadGovernor {
                 "llama.cpp threads follow the machine's load"
             );
         }
-        self.now = ThreadsInUse { counts, other_busy_cores: other, cpus };
-        self.published.publish(self.now);
+        let now = ThreadsInUse { counts, other_busy_cores: other, cpus };
+        // Called before every token: the handles' copy is written only when something moved.
+        if now != self.now {
+            self.now = now;
+            self.published.publish(now);
+        }
         changed.then_some(counts)
     }
 }
