@@ -19,6 +19,17 @@
 #   models/tiny-mamba.gguf        `mamba`, 2 blocks: recurrent, no rollback (~15 MB)
 #   models/tiny-gemma2.gguf       `gemma2`, 4 blocks, no attention.sliding_window key (llama.cpp
 #                                 defaults to a 4096 window), context length 8192 (~9 MB)
+# Tiny multimodal projectors (mmproj) for SmolLM2-135M (output width 576), by
+# tests/fixtures/make_tiny_projectors.py; load with `--mmproj`; no begin/end marker text:
+#   models/tiny-mmproj-vision.gguf     `mlp` (LLaVA-1.5): CLIP ViT (n_embd 64, 2 blocks) + GELU MLP;
+#                                      every image is resized to 32x32 px (patch 8, no tiles):
+#                                      16 embeddings per image, any size or aspect (<1 MB)
+#   models/tiny-mmproj-degenerate.gguf the same, but the MLP's last matrix is zero: every image
+#                                      gives the same 16 embeddings (<1 MB)
+#   models/tiny-mmproj-audio.gguf      `ultravox`: Whisper-style encoder (80 mel bins, n_embd 64,
+#                                      2 blocks) + SwiGLU MLP; audio is resampled to 16 kHz and cut
+#                                      into 30 s chunks: 60 * (1 + floor(seconds / 30)) embeddings,
+#                                      i.e. 60 for any clip under 30 s (~3 MB)
 # A model is rewritten when it is missing or older than its generator (or make_tiny_mtp.py,
 # whose tokenizer helpers make_tiny_models.py imports), the venv's pins or its tokenizer source;
 # otherwise this is a quick no-op. Needs models/SmolLM2-135M-Instruct.Q4_1.gguf (`make models`).
@@ -45,6 +56,7 @@ stamp="$venv/firstword-pins.txt"
 
 mtp_generator=tests/fixtures/make_tiny_mtp.py
 models_generator=tests/fixtures/make_tiny_models.py
+projectors_generator=tests/fixtures/make_tiny_projectors.py
 tokenizer=models/SmolLM2-135M-Instruct.Q4_1.gguf
 
 # make_fixture OUT GENERATOR [generator args...]: runs GENERATOR unless OUT is newer than it,
@@ -68,3 +80,6 @@ make_fixture models/tiny-mtp-vocab260.gguf "$mtp_generator" --tiny-vocab
 for kind in tekken deepseek3 exaone-moe lfm2 mamba gemma2; do
   make_fixture "models/tiny-$kind.gguf" "$models_generator" --kind "$kind" --tokenizer-from "$tokenizer"
 done
+make_fixture models/tiny-mmproj-vision.gguf "$projectors_generator" --kind vision
+make_fixture models/tiny-mmproj-degenerate.gguf "$projectors_generator" --kind vision-degenerate
+make_fixture models/tiny-mmproj-audio.gguf "$projectors_generator" --kind audio

@@ -65,6 +65,10 @@ pub(crate) struct ModelArgs {
     /// Jinja chat template to use instead of the one in the GGUF.
     #[arg(long = "chat-template-file", env = "FIRSTWORD_CHAT_TEMPLATE_FILE")]
     pub chat_template_file: Option<PathBuf>,
+    /// Multimodal projector GGUF (llama.cpp's mmproj file made for this model): image and
+    /// audio parts in chat messages.
+    #[arg(long = "mmproj", env = "FIRSTWORD_MMPROJ")]
+    pub mmproj: Option<PathBuf>,
     /// Layers to offload to the GPU (GPU builds only).
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", env = "FIRSTWORD_N_GPU_LAYERS", default_value_t = EngineConfig::DEFAULT_N_GPU_LAYERS)]
     pub n_gpu_layers: u32,
@@ -362,6 +366,7 @@ impl ServeArgs {
             mlock: model.mlock,
             mmap: !model.no_mmap,
             chat_template_file: model.chat_template_file.clone(),
+            mmproj: model.mmproj.clone(),
             queue_size: self.server.queue_size,
             n_predict: u32::try_from(self.server.n_predict).ok(),
             reasoning_budget: u32::try_from(self.server.reasoning_budget).ok(),

@@ -88,6 +88,7 @@ fn into_job(bytes: &[u8], model: &ModelInfo) -> Result<CompletionJob, ApiError> 
         logprobs,
         reasoning_budget: None,
         pregenerate: None,
+        media: Vec::new(),
     };
     Ok(CompletionJob {
         request,

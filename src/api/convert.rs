@@ -70,7 +70,8 @@ impl ChatBody {
         let Self { chat, mut shared } = self;
         let sampling = shared.sampling(model)?;
         let logprobs = chat_logprobs(chat.logprobs, chat.top_logprobs)?;
-        let messages = convert_messages(chat.messages)?;
+        let mut media = MediaParts::new(&model.media);
+        let messages = convert_messages(chat.messages, &mut media)?;
         let definitions = convert_tools(chat.tools.unwrap_or_default(), FunctionShape::Nested)?;
         let choice = convert_tool_choice(chat.tool_choice, FunctionShape::Nested)?;
         let schema = convert_output_format(chat.response_format, "response_format", FunctionShape::Nested)?;
@@ -94,6 +95,7 @@ impl ChatBody {
                 logprobs,
                 reasoning_budget: reasoning_budget("reasoning_budget", chat.reasoning_budget)?,
                 pregenerate: pregenerate(chat.pregenerate)?,
+                media: media.into_inputs(),
             },
             stream: shared.stream.unwrap_or(false),
             include_usage: shared.include_usage(),
@@ -241,7 +243,8 @@ pub fn warm_prompt(text: &str) -> Result<Prompt, ApiError> {
         return Ok(Prompt::Chat { messages, tools: Vec::new(), template_kwargs: TemplateKwargs::new() });
     }
     let body: ChatCompletionRequest = parse_json(text.as_bytes())?;
-    let messages = convert_messages(body.messages)?;
+    let no_media = crate::engine::media::MediaSupport::default();
+    let messages = convert_messages(body.messages, &mut MediaParts::new(&no_media))?;
     let tools = convert_tools(body.tools.unwrap_or_default(), FunctionShape::Nested)?;
     Ok(Prompt::Chat { messages, tools, template_kwargs: TemplateKwargs::new() })
 }
@@ -386,15 +389,18 @@ pub(crate) fn convert_output_format(
     }
 }
 
-fn convert_messages(messages: BoundedList<WireMessage>) -> Result<Vec<ChatMessage>, ApiError> {
+fn convert_messages(
+    messages: BoundedList<WireMessage>,
+    media: &mut MediaParts<'_>,
+) -> Result<Vec<ChatMessage>, ApiError> {
     let messages = messages.within("messages", "messages", MAX_MESSAGES)?;
     if messages.is_empty() {
         return Err(ApiError::invalid("messages", "'messages' must contain at least one message"));
     }
-    messages.into_iter().enumerate().map(|(i, m)| convert_message(i, m)).collect()
+    messages.into_iter().enumerate().map(|(i, m)| convert_message(i, m, media)).collect()
 }
 
-fn convert_message(index: usize, message: WireMessage) -> Result<ChatMessage, ApiError> {
+fn convert_message(index: usize, message: WireMessage, media: &mut MediaParts<'_>) -> Result<ChatMessage, ApiError> {
     let param = |field: &str| format!("messages[{index}].{field}");
     let role = match message.role.as_str() {
         "system" | "developer" => Role::System,
@@ -420,17 +426,18 @@ fn convert_message(index: usize, message: WireMessage) -> Result<ChatMessage, Ap
                         return Err(ApiError::invalid(param(&format!("content[{j}].text")), "text part without 'text'"))
                     }
                     (kind, _) => {
-                        let what = match kind {
-                            "image_url" | "image" => "image",
-                            "input_audio" | "audio" => "audio",
-                            "file" => "file",
-                            _ => kind,
-                        };
-                        return Err(ApiError::refused(
-                            Refusal::UnsupportedContent,
-                            param(&format!("content[{j}].type")),
-                            format!("this server has no backend for {what} input; only text content is supported"),
-                        ));
+                        let part_param = param(&format!("content[{j}]"));
+                        let fields = Value::Object(part.fields);
+                        match media.marker(kind, &fields, &part_param)? {
+                            Some(marker) => texts.push(marker),
+                            None => {
+                                return Err(ApiError::refused(
+                                    Refusal::UnsupportedContent,
+                                    format!("{part_param}.type"),
+                                    format!("this server has no backend for {kind} input; it takes text, image_url and input_audio parts"),
+                                ))
+                            }
+                        }
                     }
                 }
             }
@@ -480,3 +487,6 @@ impl crate::fuzzing::Api {
 
 #[cfg(test)]
 mod tests;
+
+mod media;
+pub(crate) use media::MediaParts;

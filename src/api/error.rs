@@ -206,6 +206,7 @@ impl ApiError {
             Self::Engine(EngineError::ContextOverflow { .. } | EngineError::PromptRunTooLong { .. }) => {
                 Some("messages".to_string())
             }
+            Self::Engine(EngineError::Media { part, .. }) => Some(part.clone()),
             _ => None,
         }
     }
@@ -273,6 +274,7 @@ fn engine_status_and_code(error: &EngineError) -> (StatusCode, Option<&'static s
         EngineError::Template(_) => (StatusCode::BAD_REQUEST, "template_error"),
         EngineError::ContextOverflow { .. } => (StatusCode::BAD_REQUEST, "context_length_exceeded"),
         EngineError::EmptyPrompt => (StatusCode::BAD_REQUEST, "empty_prompt"),
+        EngineError::Media { .. } => (StatusCode::BAD_REQUEST, "invalid_media"),
         EngineError::InvalidToken { .. } => (StatusCode::BAD_REQUEST, "invalid_token"),
         EngineError::PromptRunTooLong { .. } => (StatusCode::BAD_REQUEST, "prompt_run_too_long"),
         EngineError::InvalidGrammar(_) => (StatusCode::BAD_REQUEST, "invalid_grammar"),

@@ -54,12 +54,15 @@ pub(super) enum Content {
     Parts(Vec<ContentPart>),
 }
 
-/// One content part; only `text` parts have a backend here.
+/// One content part: `text`, or (with a projector) `image_url` or `input_audio`, whose
+/// fields stay JSON until the part is read.
 #[derive(Debug, Deserialize)]
 pub(super) struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A tool call in an assistant message of the history.

@@ -61,6 +61,8 @@ pub struct EngineConfig {
     pub mmap: bool,
     /// A Jinja chat template overriding the one in the GGUF.
     pub chat_template_file: Option<PathBuf>,
+    /// A multimodal projector (llama.cpp's `mmproj` GGUF) for image and audio input.
+    pub mmproj: Option<PathBuf>,
     /// How many requests may wait while one is generating.
     pub queue_size: usize,
     /// What a chat request that does not fit the context gets.
@@ -162,6 +164,7 @@ impl EngineConfig {
             mlock: false,
             mmap: true,
             chat_template_file: None,
+            mmproj: None,
             queue_size: Self::DEFAULT_QUEUE_SIZE,
             context_overflow: ContextOverflow::Refuse,
             n_predict: Some(Self::DEFAULT_N_PREDICT),

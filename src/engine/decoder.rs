@@ -11,6 +11,7 @@ use llama_cpp_2::speculative::MtpSpeculative;
 use llama_cpp_2::token::LlamaToken;
 
 use super::ffi::{sequence_state, sequence_state_size, set_sequence_state, set_threads};
+use super::media::projector::{Projector, Segment};
 use super::prefix::common_prefix_len;
 use super::store::StateBytes;
 use super::EngineError;
@@ -422,6 +423,23 @@ impl<'m> Decoder<'m> {
             }
         }
         Ok(())
+    }
+
+    /// Evaluates a media's tokens at positions `start..` in the target (see
+    /// [`Projector::evaluate`]). Only without a drafter (which would have to see the media's
+    /// embeddings too: start-up turns speculation off with a projector). The caller clears the
+    /// cache on failure.
+    pub(crate) fn decode_media(
+        &mut self,
+        projector: &mut Projector,
+        segment: &Segment,
+        start: usize,
+        n_batch: usize,
+    ) -> Result<(), EngineError> {
+        match self {
+            Self::Plain(target) => projector.evaluate(segment, target, start, n_batch),
+            _ => Err(EngineError::Internal("media evaluated with a drafter".into())),
+        }
     }
 
     /// Sets the threads of the target's and the drafter's contexts (see [`super::threads`]);

@@ -65,6 +65,14 @@ pub enum EngineError {
     /// The prompt rendered to no tokens.
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// A media part (image, audio) cannot be used.
+    #[error("{part}: {reason}")]
+    Media {
+        /// Where the request holds it (`messages[1].content[0]`).
+        part: String,
+        /// Why.
+        reason: String,
+    },
     /// A prompt token id is outside the vocabulary.
     #[error("token id {token} is outside the vocabulary (0..{n_vocab})")]
     InvalidToken {

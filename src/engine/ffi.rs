@@ -88,6 +88,8 @@ pub(crate) fn send_llama_logs_to_tracing() {
     unsafe {
         llama_cpp_sys_2::llama_log_set(Some(log_to_tracing), std::ptr::null_mut());
         llama_cpp_sys_2::ggml_log_set(Some(log_to_tracing), std::ptr::null_mut());
+        // libmtmd (`--mmproj`) and its helpers log on their own, to stderr unless told.
+        llama_cpp_sys_2::mtmd_helper_log_set(Some(log_to_tracing), std::ptr::null_mut());
     }
 }
 

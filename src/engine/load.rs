@@ -48,7 +48,18 @@ pub(super) struct Models {
 impl Models {
     pub(super) fn load(config: &EngineConfig) -> Result<Self, EngineError> {
         check_readable(&config.model_path)?;
-        let plan = SpeculationPlan::decide(&config.speculation, &config.model_path)?;
+        let mut plan = SpeculationPlan::decide(&config.speculation, &config.model_path)?;
+        if config.mmproj.is_some() && plan.drafter != Drafter::None {
+            // A drafter would have to see the media's embeddings too.
+            if config.speculation.mode != SpecMode::Auto {
+                return Err(EngineError::LoadFailed(
+                    "--mmproj cannot be combined with speculative decoding yet (--spec mtp / --draft-model)".into(),
+                ));
+            }
+            tracing::info!("speculative decoding off: a projector (--mmproj) is loaded");
+            plan.drafter = Drafter::None;
+            plan.reason = "a projector (--mmproj) is loaded".into();
+        }
         let backend = backend()?;
         let load_mtp = matches!(plan.drafter, Drafter::Mtp { .. });
         let model = load_model(backend, &config.model_path, config.n_gpu_layers, load_mtp, config)?;

@@ -14,6 +14,7 @@ mod handles;
 mod llama_log;
 mod load;
 mod logprobs;
+pub mod media;
 mod policy;
 mod prefix;
 mod queue;
@@ -94,6 +95,8 @@ pub struct ModelInfo {
     pub threads: u32,
     /// Prompt-evaluation threads.
     pub threads_batch: u32,
+    /// The media the projector (`--mmproj`) takes; none without one.
+    pub media: media::MediaSupport,
 }
 
 /// A loaded model's facts plus what rendering and tokenizing need.

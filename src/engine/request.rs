@@ -65,6 +65,9 @@ pub struct GenerationRequest {
     /// tokens are then out at once). `None`: the engine's default
     /// ([`EngineConfig::pregenerate`](crate::EngineConfig)); ignored by other requests.
     pub pregenerate: Option<u32>,
+    /// The media parts of a chat prompt, each standing where its
+    /// [`marker`](crate::engine::media::MediaInput::marker) is in a message's text.
+    pub media: Vec<crate::engine::media::MediaInput>,
 }
 
 /// Most tokens a prefill may generate ahead ([`GenerationRequest::pregenerate`]).
@@ -87,6 +90,7 @@ impl GenerationRequest {
             logprobs: None,
             reasoning_budget: None,
             pregenerate: None,
+            media: Vec::new(),
         }
     }
 }
@@ -211,6 +215,8 @@ pub enum CacheMiss {
     Evicted,
     /// The prompt cut the reply the cache held (barge-in; where: [`CacheReport::reply_cut`]).
     ReplyCut,
+    /// The prompt holds another image or clip where the cache held one.
+    MediaChanged,
 }
 
 impl CacheMiss {
@@ -228,6 +234,7 @@ impl CacheMiss {
             Self::CannotRewind => "cannot-rewind",
             Self::Evicted => "evicted",
             Self::ReplyCut => "reply-cut",
+            Self::MediaChanged => "media-changed",
         }
     }
 }

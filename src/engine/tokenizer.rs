@@ -155,7 +155,7 @@ impl Tokenizer {
 
     /// Whether the model's BOS goes before `text`: the model asks for one and the text does
     /// not start with it.
-    fn adds_bos(&self, text: &str) -> bool {
+    pub(crate) fn adds_bos(&self, text: &str) -> bool {
         self.model.vocab().should_add_bos() && (self.bos_text.is_empty() || !text.starts_with(&self.bos_text))
     }
 

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod media;
 pub(crate) mod python;
 pub(crate) mod tools;
 

@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use super::wire::Input;
+use crate::api::convert::MediaParts;
 use crate::api::error::{ApiError, Refusal};
 use crate::chat::{ChatMessage, Role, ToolCall};
 
@@ -15,7 +16,7 @@ pub(super) const MAX_ITEMS: usize = crate::api::limits::MAX_MESSAGES;
 ///
 /// # Errors
 /// A 400 naming the item (`input[3].type`) for items and content this server cannot use.
-pub(super) fn input_messages(input: Input) -> Result<Vec<ChatMessage>, ApiError> {
+pub(super) fn input_messages(input: Input, media: &mut MediaParts<'_>) -> Result<Vec<ChatMessage>, ApiError> {
     let items = match input {
         Input::Text(text) => return Ok(vec![ChatMessage::user(text)]),
         Input::Items(items) => items,
@@ -46,7 +47,7 @@ pub(super) fn input_messages(input: Input) -> Result<Vec<ChatMessage>, ApiError>
                         ))
                     }
                 };
-                let mut message = ChatMessage::new(role, content_text(item.get("content"), &param(".content"))?);
+                let mut message = ChatMessage::new(role, content_text(item.get("content"), &param(".content"), media)?);
                 if role == Role::Assistant {
                     message.reasoning = reasoning.take();
                 }
@@ -76,7 +77,8 @@ pub(super) fn input_messages(input: Input) -> Result<Vec<ChatMessage>, ApiError>
                     .get("call_id")
                     .and_then(Value::as_str)
                     .ok_or_else(|| ApiError::invalid(param(".call_id"), "a function call output needs 'call_id'"))?;
-                let mut message = ChatMessage::new(Role::Tool, content_text(item.get("output"), &param(".output"))?);
+                let mut message =
+                    ChatMessage::new(Role::Tool, content_text(item.get("output"), &param(".output"), media)?);
                 message.tool_call_id = Some(call_id.to_string());
                 messages.push(message);
             }
@@ -102,8 +104,9 @@ pub(super) fn input_messages(input: Input) -> Result<Vec<ChatMessage>, ApiError>
     Ok(messages)
 }
 
-/// A message's `content` (or a call output's `output`): text, or a list of text parts.
-fn content_text(content: Option<&Value>, param: &str) -> Result<String, ApiError> {
+/// A message's `content` (or a call output's `output`): text, or a list of text and (with a
+/// projector) `input_image` / `input_audio` parts, each media standing as its marker.
+fn content_text(content: Option<&Value>, param: &str, media: &mut MediaParts<'_>) -> Result<String, ApiError> {
     match content {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(text)) => Ok(text.clone()),
@@ -111,10 +114,14 @@ fn content_text(content: Option<&Value>, param: &str) -> Result<String, ApiError
             let mut texts = Vec::with_capacity(parts.len());
             for (j, part) in parts.iter().enumerate() {
                 let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+                if let Some(marker) = media.marker(kind, part, &format!("{param}[{j}]"))? {
+                    texts.push(marker);
+                    continue;
+                }
                 match (kind, part.get("text").and_then(Value::as_str)) {
-                    ("input_text" | "output_text" | "text", Some(text)) => texts.push(text),
+                    ("input_text" | "output_text" | "text", Some(text)) => texts.push(text.to_string()),
                     // A refusal the model wrote earlier is part of its turn.
-                    ("refusal", _) => texts.extend(part.get("refusal").and_then(Value::as_str)),
+                    ("refusal", _) => texts.extend(part.get("refusal").and_then(Value::as_str).map(str::to_string)),
                     ("input_text" | "output_text" | "text", None) => {
                         return Err(ApiError::invalid(format!("{param}[{j}].text"), "a text part needs 'text'"))
                     }
@@ -122,7 +129,7 @@ fn content_text(content: Option<&Value>, param: &str) -> Result<String, ApiError
                         return Err(ApiError::refused(
                             Refusal::UnsupportedContent,
                             format!("{param}[{j}].type"),
-                            format!("this server has no backend for '{kind}' content; only text is supported"),
+                            format!("this server has no backend for '{kind}' content; it takes text, input_image and input_audio parts"),
                         ))
                     }
                 }
@@ -156,12 +163,15 @@ mod tests {
     use super::*;
 
     fn messages(items: Value) -> Result<Vec<ChatMessage>, ApiError> {
-        input_messages(Input::Items(items.as_array().expect("a list").clone()))
+        let support = crate::engine::media::MediaSupport::default();
+        input_messages(Input::Items(items.as_array().expect("a list").clone()), &mut MediaParts::new(&support))
     }
 
     #[test]
     fn text_input_is_one_user_message() {
-        assert_eq!(input_messages(Input::Text("Hi".into())).expect("ok"), vec![ChatMessage::user("Hi")]);
+        let support = crate::engine::media::MediaSupport::default();
+        let got = input_messages(Input::Text("Hi".into()), &mut MediaParts::new(&support)).expect("ok");
+        assert_eq!(got, vec![ChatMessage::user("Hi")]);
     }
 
     #[test]

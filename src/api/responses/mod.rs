@@ -26,7 +26,7 @@ use super::answer::AnswerShaper;
 use super::chat::{random_id, run_to_end, start, stream_response};
 use super::convert::{
     convert_output_format, convert_tool_choice, convert_tools, reasoning_budget, template_kwargs, top_logprobs,
-    Constraints, FunctionShape, OutputPlan,
+    Constraints, FunctionShape, MediaParts, OutputPlan,
 };
 use super::error::{ApiError, Refusal};
 use super::extract::parse_json;
@@ -36,6 +36,7 @@ use super::request_log::RequestRecord;
 use super::sampling::{token_limit, SamplingFields};
 use super::{unix_now, AppState};
 use crate::chat::{ChatMessage, Role, ToolCall};
+use crate::engine::media::MediaInput;
 use crate::engine::{FinishReason, GenerationRequest, ModelInfo, Prompt, Usage};
 use input::input_messages;
 use store::{json_bytes, StoredResponse};
@@ -64,6 +65,8 @@ struct Answering {
     echo: Echo,
     /// This turn's input, stored with its output.
     input: Vec<ChatMessage>,
+    /// The media its input holds, stored with it.
+    input_media: Vec<MediaInput>,
     /// The stored response this one continues.
     parent: Option<Arc<StoredResponse>>,
     /// Where the response goes when done (`None`: not stored).
@@ -111,7 +114,7 @@ impl Answering {
         if let Some(store) = &self.store {
             let mut turn = self.input;
             turn.push(assistant_turn(&response.output));
-            store.put(Arc::new(StoredResponse::new(self.parent, turn, response.clone())));
+            store.put(Arc::new(StoredResponse::new(self.parent, turn, self.input_media, response.clone())));
         }
         response
     }
@@ -168,7 +171,15 @@ impl ResponseJob {
                 ),
             ));
         }
-        let input = input_messages(body.input.ok_or_else(|| ApiError::invalid("input", "'input' is required"))?)?;
+        let mut parts = MediaParts::new(&model.media);
+        let input =
+            input_messages(body.input.ok_or_else(|| ApiError::invalid("input", "'input' is required"))?, &mut parts)?;
+        // This turn's media are stored with it; the request holds the whole chain's.
+        let input_media = parts.into_inputs();
+        let mut media = parent.as_ref().map(|p| p.media()).unwrap_or_default();
+        media.extend(
+            input_media.iter().filter(|m| !media.iter().any(|held| held.id == m.id)).cloned().collect::<Vec<_>>(),
+        );
         let earlier = body.instructions.iter().count() + parent.as_ref().map_or(0, |p| p.message_count());
         if earlier + input.len() > MAX_MESSAGES {
             return Err(too_many(
@@ -230,6 +241,7 @@ impl ResponseJob {
                 logprobs,
                 reasoning_budget: reasoning_budget("reasoning_budget", body.reasoning_budget)?,
                 pregenerate: None,
+                media,
             },
             output: constraints.output,
             stream: body.stream.unwrap_or(false),
@@ -238,6 +250,7 @@ impl ResponseJob {
                 created_at: unix_now(),
                 echo,
                 input,
+                input_media,
                 parent,
                 store: store_it.then(|| Arc::clone(store)),
             },

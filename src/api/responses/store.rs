@@ -6,6 +6,7 @@
 //! response is charged for its whole chain (what it keeps alive), and a chain is at most
 //! [`MAX_RESPONSE_CHAIN`] responses long.
 
+use crate::engine::media::MediaInput;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
@@ -27,6 +28,8 @@ pub(super) struct StoredResponse {
     /// This turn's input and output (the instructions are not carried over, as OpenAI's API
     /// documents).
     turn: Vec<ChatMessage>,
+    /// The media this turn's input held (its messages hold their markers).
+    media: Vec<MediaInput>,
     /// The response as it was answered.
     pub(super) object: ResponseObject,
     /// Responses in the chain up to this one, this one included.
@@ -37,13 +40,38 @@ pub(super) struct StoredResponse {
 
 impl StoredResponse {
     /// A response continuing `parent` with `turn`.
-    pub(super) fn new(parent: Option<Arc<StoredResponse>>, turn: Vec<ChatMessage>, object: ResponseObject) -> Self {
-        let own = turn.iter().map(message_bytes).sum::<usize>() + object_bytes(&object);
+    pub(super) fn new(
+        parent: Option<Arc<StoredResponse>>,
+        turn: Vec<ChatMessage>,
+        media: Vec<MediaInput>,
+        object: ResponseObject,
+    ) -> Self {
+        let own = turn.iter().map(message_bytes).sum::<usize>()
+            + media.iter().map(|m| m.bytes.len()).sum::<usize>()
+            + object_bytes(&object);
         let (length, chain_bytes) = match &parent {
             Some(parent) => (parent.length + 1, parent.chain_bytes + own),
             None => (1, own),
         };
-        Self { parent, turn, object, length, chain_bytes }
+        Self { parent, turn, media, object, length, chain_bytes }
+    }
+
+    /// The media of the whole conversation up to and including this response.
+    pub(super) fn media(&self) -> Vec<MediaInput> {
+        let mut media: Vec<MediaInput> = Vec::new();
+        let mut link = Some(self);
+        while let Some(response) = link {
+            media.extend(
+                response
+                    .media
+                    .iter()
+                    .filter(|m| !media.iter().any(|held| held.id == m.id))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+            link = response.parent.as_deref();
+        }
+        media
     }
 
     /// Responses in the chain up to this one, this one included.

@@ -203,18 +203,19 @@ fn the_store_keeps_the_most_recently_used_and_drops_chains_without_recursion() {
         let answering = job(json!({"input": "x"}), &Arc::new(ResponseStore::new(0))).expect("accepted").answering;
         ResponseObject { id: id.to_string(), ..answering.in_progress() }
     };
-    let a = Arc::new(StoredResponse::new(None, vec![ChatMessage::user("a")], object("a")));
-    let b = Arc::new(StoredResponse::new(Some(Arc::clone(&a)), vec![ChatMessage::user("b")], object("b")));
+    let a = Arc::new(StoredResponse::new(None, vec![ChatMessage::user("a")], Vec::new(), object("a")));
+    let b = Arc::new(StoredResponse::new(Some(Arc::clone(&a)), vec![ChatMessage::user("b")], Vec::new(), object("b")));
     store.put(Arc::clone(&a));
     store.put(b);
     store.get("a");
-    store.put(Arc::new(StoredResponse::new(None, Vec::new(), object("c"))));
+    store.put(Arc::new(StoredResponse::new(None, Vec::new(), Vec::new(), object("c"))));
     assert!(store.get("b").is_none() && store.get("a").is_some(), "b was the least recently used");
     assert!(store.remove("a") && !store.remove("a"));
     // A long chain is dropped one link at a time (recursion would overflow the stack).
     let mut chain: Option<Arc<StoredResponse>> = None;
     for i in 0..200_000 {
-        chain = Some(Arc::new(StoredResponse::new(chain, vec![ChatMessage::user(i.to_string())], object("x"))));
+        chain =
+            Some(Arc::new(StoredResponse::new(chain, vec![ChatMessage::user(i.to_string())], Vec::new(), object("x"))));
     }
     assert_eq!(chain.as_ref().map(|c| c.conversation().len()), Some(200_000));
     drop(chain);
@@ -285,27 +286,32 @@ fn the_store_is_bounded_in_bytes_each_response_charged_for_its_chain() {
     let store = ResponseStore::bounded(1_000, 1 << 20);
     // Twenty responses of 100 kB each: the store keeps what fits in 1 MiB, newest first.
     for i in 0..20 {
-        assert!(store.put(Arc::new(StoredResponse::new(None, turn(100_000), object(&i.to_string())))));
+        assert!(store.put(Arc::new(StoredResponse::new(None, turn(100_000), Vec::new(), object(&i.to_string())))));
     }
     let (bytes, count) = store.usage();
     assert!(bytes <= 1 << 20 && (9..=10).contains(&count), "{bytes} bytes in {count}");
     assert!(store.get("19").is_some() && store.get("0").is_none());
     // A chain's later response is charged for the earlier ones it keeps alive.
-    let a = Arc::new(StoredResponse::new(None, turn(400_000), object("a")));
-    let b = Arc::new(StoredResponse::new(Some(Arc::clone(&a)), turn(400_000), object("b")));
+    let a = Arc::new(StoredResponse::new(None, turn(400_000), Vec::new(), object("a")));
+    let b = Arc::new(StoredResponse::new(Some(Arc::clone(&a)), turn(400_000), Vec::new(), object("b")));
     assert!(store.put(Arc::clone(&a)) && store.put(b));
     let (bytes, count) = store.usage();
     assert!(bytes <= 1 << 20, "{bytes}");
     assert!(store.get("b").is_some() && store.get("a").is_none(), "a is charged within b: {count} stored");
     // One larger than the whole store is not stored.
-    assert!(!store.put(Arc::new(StoredResponse::new(None, turn(2 << 20), object("big")))));
+    assert!(!store.put(Arc::new(StoredResponse::new(None, turn(2 << 20), Vec::new(), object("big")))));
     assert!(store.get("big").is_none() && store.get("b").is_some());
     assert!(store.remove("b"));
     assert_eq!(store.usage(), (0, 0));
     // What a response echoes of its request (instructions, tools) counts too.
     let long = job(json!({"input": "x", "instructions": "i".repeat(300_000)}), &Arc::new(ResponseStore::new(0)));
     let echoing = ResponseObject { id: "echo".into(), ..long.expect("accepted").answering.in_progress() };
-    assert!(!ResponseStore::bounded(8, 500_000).put(Arc::new(StoredResponse::new(None, Vec::new(), echoing))));
+    assert!(!ResponseStore::bounded(8, 500_000).put(Arc::new(StoredResponse::new(
+        None,
+        Vec::new(),
+        Vec::new(),
+        echoing
+    ))));
 }
 
 #[test]
@@ -318,9 +324,9 @@ fn a_chain_is_at_most_the_documented_length() {
     };
     let mut chain: Option<Arc<StoredResponse>> = None;
     for _ in 0..MAX_RESPONSE_CHAIN - 1 {
-        chain = Some(Arc::new(StoredResponse::new(chain, Vec::new(), object("link"))));
+        chain = Some(Arc::new(StoredResponse::new(chain, Vec::new(), Vec::new(), object("link"))));
     }
-    store.put(Arc::new(StoredResponse::new(chain, Vec::new(), object("last"))));
+    store.put(Arc::new(StoredResponse::new(chain, Vec::new(), Vec::new(), object("last"))));
     let error = job(json!({"input": "x", "previous_response_id": "last"}), &store).err().expect("refused");
     assert_eq!(error.param().as_deref(), Some("previous_response_id"));
     assert_eq!(error.code(), Some("limit_exceeded"));

@@ -30,6 +30,7 @@ pub(super) fn model() -> ModelInfo {
         reasoning: None,
         threads: 2,
         threads_batch: 2,
+        media: crate::engine::media::MediaSupport::default(),
     }
 }
 

@@ -89,9 +89,32 @@ pub(crate) struct ContextShape {
     pub(crate) n_rs_seq: u32,
     /// What drafts: `none`, `mtp` or `model` (its state is saved with the target's).
     pub(crate) drafter: String,
+    /// The projector (`--mmproj`) whose embeddings a media's positions hold: `none`, or its
+    /// size and hash ([`ContextShape::projector_of`]).
+    #[serde(default = "no_projector")]
+    pub(crate) projector: String,
+}
+
+/// What files written before projectors existed hold.
+fn no_projector() -> String {
+    "none".into()
 }
 
 impl ContextShape {
+    /// The [`ContextShape::projector`] of the projector file at `path` (`none` without one).
+    ///
+    /// # Errors
+    /// The file cannot be read.
+    pub(crate) fn projector_of(path: Option<&Path>) -> std::io::Result<String> {
+        match path {
+            None => Ok(no_projector()),
+            Some(path) => {
+                let identity = ModelIdentity::of(path, "mmproj")?;
+                Ok(format!("{} bytes, {}", identity.file_size, identity.head_tail_hash))
+            }
+        }
+    }
+
     /// The first parameter that differs from `other`, in words.
     fn difference(&self, other: &Self) -> Option<String> {
         let fields = [
@@ -102,6 +125,7 @@ impl ContextShape {
             ("sequences", self.n_seq_max.to_string(), other.n_seq_max.to_string()),
             ("recurrent snapshots", self.n_rs_seq.to_string(), other.n_rs_seq.to_string()),
             ("drafter", self.drafter.clone(), other.drafter.clone()),
+            ("projector", self.projector.clone(), other.projector.clone()),
         ];
         fields.into_iter().find(|(_, was, now)| was != now).map(|(name, was, now)| format!("{name} {was}, now {now}"))
     }
@@ -211,6 +235,7 @@ pub(crate) fn test_fingerprint() -> Fingerprint {
             n_seq_max: 1,
             n_rs_seq: 0,
             drafter: "none".into(),
+            projector: "none".into(),
         },
         template_hash: Fingerprint::template_hash("{{ messages }}"),
     }

@@ -11,6 +11,8 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::decoder::{BatchKind, Decoder, Proposal, SavedState};
 use super::disk::DiskCache;
+use super::media::projector::{Projector, Segment};
+use super::media::{is_placeholder, MediaSpan};
 use super::policy::{self, CacheShape, EvaluationPlan, LiveView, RestoreCosts};
 use super::prefix::{common_prefix_len, window_covers};
 use super::store::StateStore;
@@ -56,6 +58,14 @@ pub(crate) struct LiveSequence<'m> {
     /// Sets llama.cpp's threads before a batch, following the machine's load; `None`: the
     /// configured counts always.
     threads: Option<ThreadGovernor>,
+}
+
+/// A prompt's media, and the projector that evaluates them (none for prompts without media).
+pub(crate) struct PromptMedia<'p> {
+    /// Where each media's tokens lie in the prompt.
+    pub(crate) spans: &'p [MediaSpan],
+    /// The projector.
+    pub(crate) projector: Option<&'p mut Projector>,
 }
 
 /// What reusing the cache did for one prompt.
@@ -194,6 +204,10 @@ impl<'m> LiveSequence<'m> {
         if tokens.is_empty() {
             return Err(EngineError::Decode("nothing to evaluate".into()));
         }
+        if tokens.iter().any(|&t| is_placeholder(t)) {
+            // A media's tokens are evaluated whole, through the projector (`decode_media`).
+            return Err(EngineError::Internal("a media's placeholder tokens evaluated as text".into()));
+        }
         self.save_pending_checkpoint();
         if let Some(counts) = self.threads.as_mut().and_then(|governor| governor.before_batch(tokens.len())) {
             self.decoder.set_threads(counts.generation, counts.batch);
@@ -210,16 +224,35 @@ impl<'m> LiveSequence<'m> {
         Ok(tokens.len() as i32 - 1)
     }
 
+    /// Evaluates a media's tokens at the next cache positions, through the projector, and
+    /// records them as cached. On failure the cache is cleared.
+    pub(crate) fn decode_media(&mut self, projector: &mut Projector, segment: &Segment) -> Result<(), EngineError> {
+        self.save_pending_checkpoint();
+        if let Some(counts) = self.threads.as_mut().and_then(|governor| governor.before_batch(segment.tokens.len())) {
+            self.decoder.set_threads(counts.generation, counts.batch);
+        }
+        if let Err(e) = self.decoder.decode_media(projector, segment, self.cached.len(), self.n_batch) {
+            self.clear();
+            return Err(e);
+        }
+        self.cached.extend_from_slice(&segment.tokens);
+        self.rewindable = 0;
+        Ok(())
+    }
+
     /// Evaluates prompt `tokens` after the cache in chunks of `chunk` tokens (at most
-    /// `n_batch`), taking the checkpoints `plan` says (see [`policy::plan_evaluation`]) and one
-    /// every `checkpoint_every` tokens of a long prefill; returns the batch index holding the
-    /// last token's logits. `go_on` runs before each chunk, so a long prefill can be abandoned
-    /// between chunks (what was evaluated stays cached); its error is returned as is.
+    /// `n_batch`), each media of `media` whole, taking the checkpoints `plan` says (see
+    /// [`policy::plan_evaluation`]) and one every `checkpoint_every` tokens of a long prefill;
+    /// returns the batch index holding the last token's logits. A media `tokens` ends inside
+    /// is left out (a partial evaluation). `go_on` runs before each chunk, so a long prefill
+    /// can be abandoned between chunks (what was evaluated stays cached); its error is
+    /// returned as is.
     pub(crate) fn prefill<E: From<EngineError>>(
         &mut self,
         tokens: &[LlamaToken],
         chunk: usize,
         plan: EvaluationPlan,
+        mut media: PromptMedia<'_>,
         mut go_on: impl FnMut() -> Result<(), E>,
     ) -> Result<i32, E> {
         let chunk = chunk.clamp(1, self.n_batch);
@@ -228,17 +261,34 @@ impl<'m> LiveSequence<'m> {
         let mut done = 0;
         while done < tokens.len() {
             go_on()?;
-            let mut next = (done + chunk).min(tokens.len());
-            if let Some(at) = plan.checkpoint_at.and_then(|at| at.checked_sub(start)) {
-                if at > done && at < next {
-                    next = at;
-                }
-            }
-            let last = next == tokens.len();
             let before = self.cached.len();
             let started = Instant::now();
-            last_index =
-                self.decode(&tokens[done..next], if last { BatchKind::PromptEnd } else { BatchKind::Prompt })?;
+            let next = if let Some(span) = media.spans.iter().find(|span| span.start == start + done) {
+                if span.end() > start + tokens.len() {
+                    break;
+                }
+                let projector = media
+                    .projector
+                    .as_deref_mut()
+                    .ok_or_else(|| EngineError::Internal("media in a prompt without a projector".into()))?;
+                self.decode_media(projector, &span.segment)?;
+                done + span.segment.tokens.len()
+            } else {
+                let mut next = (done + chunk).min(tokens.len());
+                if let Some(at) = plan.checkpoint_at.and_then(|at| at.checked_sub(start)) {
+                    if at > done && at < next {
+                        next = at;
+                    }
+                }
+                if let Some(span) = media.spans.iter().find(|s| s.start > start + done && s.start < start + next) {
+                    next = span.start - start;
+                }
+                let last = next == tokens.len();
+                last_index =
+                    self.decode(&tokens[done..next], if last { BatchKind::PromptEnd } else { BatchKind::Prompt })?;
+                next
+            };
+            let last = next == tokens.len();
             self.costs.record_prefill(next - done, started.elapsed().as_secs_f64());
             done = next;
             let held = self.cached.len();

@@ -13,9 +13,11 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::overflow::FittedPrompt;
 use super::{PromptParts, Session};
+use crate::engine::media::{MediaInput, MediaSpan};
 use crate::engine::policy::{self, Derivation, PartialMarks, Purpose};
 use crate::engine::reply::{still_wanted, Halt};
-use crate::engine::{CacheReport, CacheSource, Event, Prompt, RequestPath};
+use crate::engine::sequence::PromptMedia;
+use crate::engine::{CacheMiss, CacheReport, CacheSource, Event, Prompt, RequestPath};
 
 /// Prompt tokens a prefill evaluates between checks for a waiting generation request: about a
 /// second of a small model on a 2-core CPU, a few milliseconds on a GPU.
@@ -43,6 +45,8 @@ pub(super) struct Evaluated {
 pub(super) struct NextTurn<'p> {
     /// The conversation evaluated (shortened, where it was).
     pub(super) prompt: &'p Prompt,
+    /// Its media.
+    pub(super) media: &'p [MediaInput],
     /// Its rendered text.
     pub(super) prompt_text: String,
     /// The reply's text, as sent.
@@ -63,7 +67,7 @@ impl Session<'_> {
         in_reasoning: bool,
     ) -> Result<Evaluated, Halt> {
         let tokens = &fitted.tokens;
-        let parts = PromptParts { text: fitted.text.as_deref(), landmarks: fitted.landmarks };
+        let parts = PromptParts { text: fitted.text.as_deref(), landmarks: fitted.landmarks, media: &fitted.media };
         // What the drafter evaluated for the last reply's upkeep is no part of this job.
         self.sequence.take_catch_up();
         let derivation = match &fitted.full_tokens {
@@ -71,8 +75,13 @@ impl Session<'_> {
             None => Derivation::AsSent,
         };
         let matching = Instant::now();
-        let reuse = self.sequence.reuse_prefix(tokens, derivation);
-        let cache = self.explain(&reuse, tokens, parts);
+        let media_changed = self.media_changed(tokens);
+        let mut reuse = self.sequence.reuse_prefix(tokens, derivation);
+        self.keep_media_whole(&mut reuse, &fitted.media);
+        let mut cache = self.explain(&reuse, tokens, parts);
+        if media_changed && reuse.obstacle.is_none() && matches!(reuse.source, CacheSource::Live | CacheSource::None) {
+            cache.reason = Some(CacheMiss::MediaChanged);
+        }
         // The compare and the plan, without the state copies the cache report times itself.
         let stored = cache.save.unwrap_or_default() + cache.restore.unwrap_or_default();
         let request = self.clock.take().map(|clock| clock.finish(matching.elapsed().saturating_sub(stored)));
@@ -98,7 +107,8 @@ impl Session<'_> {
             Purpose::Partial | Purpose::Warm => (PREFILL_CHUNK, true),
         };
         let time = Instant::now();
-        let outcome = self.sequence.prefill(&tokens[keep..plan.evaluate_to], chunk, plan, || {
+        let media = PromptMedia { spans: &fitted.media, projector: self.projector.as_mut() };
+        let outcome = self.sequence.prefill(&tokens[keep..plan.evaluate_to], chunk, plan, media, || {
             if yields {
                 // The tests hold a prefill here, between two chunks.
                 fail::fail_point!("engine::prefill_chunk");
@@ -169,20 +179,18 @@ impl Session<'_> {
     /// Where a partial transcript's turn opens and its last word starts, in tokens.
     fn partial_marks(&self, tokens: &[LlamaToken], parts: PromptParts<'_>) -> PartialMarks {
         let Some(text) = parts.text else { return PartialMarks::default() };
-        let within = |offset: Option<usize>| offset.map(|offset| self.tokens_within(tokens, text, offset));
+        let within = |offset: Option<usize>| offset.map(|offset| self.tokens_within(tokens, text, offset, parts.media));
         PartialMarks { opening: within(parts.landmarks.history_end), stable: within(parts.landmarks.last_word_start) }
     }
 
-    /// How many of `tokens` (the tokenization of `text`) lie wholly within its first `offset`
-    /// bytes.
-    fn tokens_within(&self, tokens: &[LlamaToken], text: &str, offset: usize) -> usize {
-        let vocab = self.model.vocab();
+    /// How many of `tokens` (the tokenization of `text`, with `media`) lie wholly within its
+    /// first `offset` bytes.
+    fn tokens_within(&self, tokens: &[LlamaToken], text: &str, offset: usize, media: &[MediaSpan]) -> usize {
         // A BOS the tokenizer added is not in the text.
         let mut end = 0usize;
         let mut skip = self.added_bos(tokens, text);
         let mut count = 0;
-        for &token in tokens {
-            let piece = vocab.token_to_piece(token, true, None).len();
+        for piece in self.text_lengths(tokens, media) {
             if skip > 0 {
                 skip -= 1;
                 count += 1;
@@ -213,7 +221,7 @@ impl Session<'_> {
     pub(super) fn upkeep(&mut self, next_turn: Option<NextTurn<'_>>) {
         self.sequence.save_pending_checkpoint();
         if let Some(next) = next_turn {
-            self.prepare_next_turn(next.prompt, next.prompt_text, next.reply, next.reasoning_opened);
+            self.prepare_next_turn(next.prompt, next.media, next.prompt_text, next.reply, next.reasoning_opened);
             self.persist_due = true;
         }
         self.sequence.save_pending_checkpoint();

@@ -6,6 +6,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::Session;
 use crate::chat::{Landmarks, PromptPart};
+use crate::engine::media::MediaSpan;
 use crate::engine::sequence::Reuse;
 use crate::engine::{CacheMiss, CacheReport, CacheSource, ReplyCut};
 
@@ -44,7 +45,7 @@ impl Session<'_> {
         }
         let text = parts.text?;
         let vocab = self.model.vocab();
-        let mut offset: usize = tokens[..at].iter().map(|&t| vocab.token_to_piece(t, true, None).len()).sum();
+        let mut offset: usize = self.text_lengths(tokens, parts.media).take(at).sum();
         // A BOS the tokenizer added is not in the text.
         if self.added_bos(tokens, text) > 0 {
             offset = offset.saturating_sub(vocab.token_to_piece(tokens[0], true, None).len());
@@ -68,6 +69,8 @@ pub(super) struct PromptParts<'t> {
     pub(super) text: Option<&'t str>,
     /// Where its parts lie.
     pub(super) landmarks: Landmarks,
+    /// Where its media lie among its tokens.
+    pub(super) media: &'t [MediaSpan],
 }
 
 /// Up to `chars` characters of `text` before and after byte `offset` (moved back to a

@@ -16,6 +16,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::disk::{ContextShape, WriteHold};
 use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Contexts, Models};
+use super::media::projector::Projector;
+use super::media::{MediaInput, MediaSupport};
 use super::policy::Purpose;
 use super::reply::{Halt, ReasoningLimit, Reply};
 use super::sampling::TokenPicker;
@@ -37,6 +39,7 @@ use setup::{check_cache_budget, open_disk_cache};
 mod evaluate;
 mod explain;
 mod faults;
+mod media;
 mod overflow;
 mod parked;
 mod prefill;
@@ -183,6 +186,8 @@ struct Session<'m> {
     parking: ParkingCounts,
     /// The clock of the job being served, until its prompt's evaluation starts.
     clock: Option<RequestClock>,
+    /// The multimodal projector (`--mmproj`), if one is loaded.
+    projector: Option<Projector>,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -217,6 +222,10 @@ impl<'m> Session<'m> {
             create_decoder(backend, model, draft_model, plan, config)?;
         let recurrent = model.is_recurrent() || model.is_hybrid();
         let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
+        let projector = match &config.mmproj {
+            Some(path) => Some(Projector::load(path, model, config.threads, config.n_gpu_layers > 0)?),
+            None => None,
+        };
         let threads = ThreadCounts { generation: config.threads.max(1), batch: config.threads_batch.max(1) };
         let governor = ThreadGovernor::new(threads, !config.fixed_threads, Arc::clone(&signals.threads));
         if !config.fixed_threads {
@@ -251,6 +260,8 @@ impl<'m> Session<'m> {
                 n_seq_max: 1,
                 n_rs_seq: rs_snapshots,
                 drafter: sequence.drafter_name().into(),
+                projector: ContextShape::projector_of(config.mmproj.as_deref())
+                    .map_err(|e| EngineError::LoadFailed(format!("--mmproj: {e}")))?,
             };
             match open_disk_cache(root, config, model, draft_model, shape, &chat, sequence.shape().whole_only()) {
                 Ok(disk) => {
@@ -279,6 +290,7 @@ impl<'m> Session<'m> {
             reasoning: chat.reasoning(),
             threads: config.threads,
             threads_batch: config.threads_batch,
+            media: MediaSupport::default(),
         };
         let session = Self {
             model,
@@ -300,7 +312,12 @@ impl<'m> Session<'m> {
             pregenerate: config.pregenerate,
             parking: ParkingCounts::default(),
             clock: None,
+            projector,
         };
+        let mut session = session;
+        session.probe_projector();
+        let info =
+            ModelInfo { media: session.projector.as_ref().map(|p| p.support().clone()).unwrap_or_default(), ..info };
         session.publish_cache_status();
         Ok((session, info))
     }
@@ -342,10 +359,6 @@ impl<'m> Session<'m> {
         });
     }
 
-    fn tokenize(&self, prompt: PromptInput) -> Result<Vec<LlamaToken>, EngineError> {
-        self.tokenizer.prompt_tokens(prompt)
-    }
-
     /// Serves one job, whose events end with `Finished` or `Failed` (or with nothing more once
     /// the client has left), then prepares the cache for the next turn.
     fn serve(&mut self, job: Job) {
@@ -364,6 +377,7 @@ impl<'m> Session<'m> {
                 let _ = events.send(finished);
                 let next_turn = prompt_text.map(|prompt_text| NextTurn {
                     prompt: shortened.as_ref().unwrap_or(&request.prompt),
+                    media: &request.media,
                     prompt_text,
                     reply: &text,
                     reasoning_opened,
@@ -516,7 +530,14 @@ impl<'m> Session<'m> {
     /// Runs while the user reads or listens; skipped when the difference is larger than one
     /// batch. A thinking model's reply goes into the next turn as clients send it back:
     /// reasoning apart from the answer (`reasoning_opened`: the prompt opened it).
-    fn prepare_next_turn(&mut self, prompt: &Prompt, prompt_text: String, reply: &str, reasoning_opened: bool) {
+    fn prepare_next_turn(
+        &mut self,
+        prompt: &Prompt,
+        media: &[MediaInput],
+        prompt_text: String,
+        reply: &str,
+        reasoning_opened: bool,
+    ) {
         if self.signals.shutting_down.load(Ordering::Relaxed) {
             return;
         }
@@ -529,7 +550,7 @@ impl<'m> Session<'m> {
         };
         let anticipated = next_prefix.is_some();
         let text = next_prefix.unwrap_or(prompt_text + reply);
-        let Ok(canonical) = self.tokenize(PromptInput::Text(text)) else { return };
+        let Ok((canonical, _)) = self.prompt_tokens(PromptInput::Text(text), media) else { return };
         self.sequence.rewrite_tail(&canonical);
         if anticipated {
             self.sequence.extend_to(&canonical);

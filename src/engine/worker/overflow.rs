@@ -8,6 +8,7 @@ use llama_cpp_2::token::LlamaToken;
 use super::{PromptInput, Session};
 use crate::chat::tools::ToolDefinition;
 use crate::chat::{ChatMessage, Landmarks, TemplateKwargs, Turns};
+use crate::engine::media::MediaSpan;
 use crate::engine::{ContextOverflow, EngineError, GenerationRequest, Prompt};
 
 /// A prompt ready to evaluate.
@@ -25,6 +26,8 @@ pub(super) struct FittedPrompt {
     pub(super) dropped_messages: u32,
     /// The whole conversation's tokens, when its oldest turns were left out.
     pub(super) full_tokens: Option<Vec<LlamaToken>>,
+    /// Where its media lie among its tokens.
+    pub(super) media: Vec<MediaSpan>,
 }
 
 /// How many oldest turns the last shortened conversation left out, and a hash of their
@@ -50,7 +53,7 @@ impl Session<'_> {
         request: &GenerationRequest,
     ) -> Result<FittedPrompt, EngineError> {
         let text = prompt.text().map(str::to_owned);
-        let tokens = self.tokenize(prompt)?;
+        let (tokens, media) = self.prompt_tokens(prompt, &request.media)?;
         let overflow = match self.limit(tokens.len() as u32, request.max_tokens) {
             Ok(limit) => {
                 return Ok(FittedPrompt {
@@ -61,6 +64,7 @@ impl Session<'_> {
                     shortened: None,
                     dropped_messages: 0,
                     full_tokens: None,
+                    media,
                 })
             }
             Err(overflow) => overflow,
@@ -69,9 +73,8 @@ impl Session<'_> {
             Prompt::Chat { messages, tools, template_kwargs }
                 if self.context_overflow == ContextOverflow::DropOldest =>
             {
-                let mut fitted = self
-                    .drop_oldest(messages, tools, template_kwargs, request.max_tokens)
-                    .map_err(|e| e.unwrap_or(overflow))?;
+                let mut fitted =
+                    self.drop_oldest(messages, tools, template_kwargs, request).map_err(|e| e.unwrap_or(overflow))?;
                 fitted.full_tokens = Some(tokens);
                 Ok(fitted)
             }
@@ -87,18 +90,20 @@ impl Session<'_> {
         messages: &[ChatMessage],
         tools: &[ToolDefinition],
         kwargs: &TemplateKwargs,
-        max_tokens: Option<u32>,
+        request: &GenerationRequest,
     ) -> Result<FittedPrompt, Option<EngineError>> {
+        let max_tokens = request.max_tokens;
+        let last = self.last_drop;
         let turns = Turns::of(messages);
         let n_ctx = self.sequence.n_ctx();
         // Without max_tokens the reply keeps a quarter of the context (or --n-predict, if less).
         let room = max_tokens.unwrap_or_else(|| self.n_predict.unwrap_or(n_ctx).min(n_ctx / 4));
         let fits = |fitted: &FittedPrompt, target: u32| (fitted.tokens.len() as u32).saturating_add(room) <= target;
-        let shorten = |dropped: usize| -> Result<FittedPrompt, EngineError> {
+        let mut shorten = |dropped: usize| -> Result<FittedPrompt, EngineError> {
             let (kept, dropped_messages) =
                 turns.without_oldest(dropped).ok_or_else(|| EngineError::Internal("no turn left to keep".into()))?;
             let rendered = self.chat.render_with(&kept, tools, kwargs)?;
-            let tokens = self.tokenize(PromptInput::Text(rendered.text.clone()))?;
+            let (tokens, media) = self.prompt_tokens(PromptInput::Text(rendered.text.clone()), &request.media)?;
             let limit = self.limit(tokens.len() as u32, max_tokens)?;
             Ok(FittedPrompt {
                 tokens,
@@ -112,9 +117,9 @@ impl Session<'_> {
                 }),
                 dropped_messages: dropped_messages as u32,
                 full_tokens: None,
+                media,
             })
         };
-        let last = self.last_drop;
         if last.turns > 0 && last.turns < turns.len() && hash_messages(turns.oldest(last.turns)) == last.hash {
             if let Ok(fitted) = shorten(last.turns) {
                 if fits(&fitted, n_ctx) {

@@ -1,0 +1,215 @@
+//! Images and audio through a projector (`--mmproj`), on SmolLM2 with the tiny projector
+//! fixtures (random weights: the answers are noise, everything else is real): a media's tokens
+//! in the prompt, the cache reused across turns that re-send the same picture or clip (greedy
+//! output equal to a fresh context evaluating the same split), another picture diverging where
+//! it starts (`media-changed`), the load-time probe refusing a projector that maps every
+//! picture to one output, and bad media answered with a 400 naming the part while the server
+//! goes on unchanged.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::media::{
+    audio_part, audio_projector, checkerboard, degenerate_projector, image_part, red, tone, vision_projector,
+    AUDIO_TOKENS, VISION_TOKENS,
+};
+use common::{generate, post, post_json, smollm2_path, spawn_server, test_config, Generated};
+use firstword::engine::media::{MediaInput, MediaKind};
+use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams};
+use serde_json::{json, Value};
+
+/// SmolLM2 with `projector`.
+fn config_with(projector: PathBuf) -> EngineConfig {
+    EngineConfig { mmproj: Some(projector), ..test_config(smollm2_path()) }
+}
+
+/// One user message: the media, then a question.
+fn ask(media: &MediaInput, question: &str) -> Vec<ChatMessage> {
+    vec![ChatMessage::user(format!("{}\nQuestion: {question}", media.marker()))]
+}
+
+/// A greedy request for `prompt` with `media`, at most `max_tokens`.
+fn request(prompt: Prompt, media: &[&MediaInput], max_tokens: u32) -> GenerationRequest {
+    GenerationRequest {
+        prompt,
+        max_tokens: Some(max_tokens),
+        sampling: SamplingParams::greedy(),
+        media: media.iter().map(|&m| m.clone()).collect(),
+        ..GenerationRequest::chat(Vec::new())
+    }
+}
+
+/// The chat prompt's text for `messages`, and its tokens before `media`'s marker.
+fn text_and_tokens_before(engine: &Engine, messages: &[ChatMessage], media: &MediaInput) -> (String, u32) {
+    let text = engine.chat_prompt_text(messages, &[], &Default::default()).expect("renders");
+    let before = &text[..text.find(&media.marker()).expect("the marker is in the text")];
+    let tokens = engine.tokenize_blocking(&Prompt::Text(before.to_string())).expect("tokenizes");
+    (text, tokens.len() as u32)
+}
+
+/// A fresh engine (store off) evaluating `text` as a cached request did: `text[..split]`
+/// alone, then all of it; returns the greedy reply, after checking it cached what `cached` says.
+fn fresh_split(config: &EngineConfig, text: &str, split: usize, media: &[&MediaInput], cached: u32) -> Generated {
+    let fresh = Engine::start(EngineConfig { cache_ram_mib: 0, ..config.clone() }).expect("model loads");
+    generate(&fresh, request(Prompt::Text(text[..split].to_string()), media, 0));
+    let answer = generate(&fresh, request(Prompt::Text(text.to_string()), media, 12));
+    assert_eq!(answer.usage.cached_tokens, cached, "the same split on both sides");
+    answer
+}
+
+#[test]
+fn a_picture_sent_again_continues_the_cache_and_another_diverges_where_it_starts() {
+    let config = config_with(vision_projector());
+    let engine = Engine::start(config.clone()).expect("loads");
+    let info = engine.model_info().expect("ready");
+    assert!(info.media.image && !info.media.audio && info.media.refused.is_none(), "{:?}", info.media);
+    let red = MediaInput::new(MediaKind::Image, red(), "test");
+    let checker = MediaInput::new(MediaKind::Image, checkerboard(), "test");
+
+    let first = ask(&red, "What is this?");
+    let (_, before) = text_and_tokens_before(&engine, &first, &red);
+    let text_only = vec![ChatMessage::user("\nQuestion: What is this?")];
+    let text_only = generate(&engine, request(Prompt::chat(text_only, Vec::new()), &[], 1));
+    let turn1 = generate(&engine, request(Prompt::chat(first, Vec::new()), &[&red], 8));
+    assert!(
+        turn1.usage.prompt_tokens >= text_only.usage.prompt_tokens + VISION_TOKENS - 2,
+        "the picture's {VISION_TOKENS} tokens are in the prompt: {} vs {} without it",
+        turn1.usage.prompt_tokens,
+        text_only.usage.prompt_tokens
+    );
+
+    // The same picture, another question: the cache holds the picture.
+    let again = ask(&red, "Which colour is it?");
+    let (text, _) = text_and_tokens_before(&engine, &again, &red);
+    let turn2 = generate(&engine, request(Prompt::chat(again.clone(), Vec::new()), &[&red], 12));
+    let cache = &turn2.timings.cache;
+    assert_eq!(cache.source, CacheSource::Live);
+    assert!(turn2.usage.cached_tokens >= before + VISION_TOKENS, "{} cached", turn2.usage.cached_tokens);
+    let split = text.find("Question:").expect("question") + "Question:".len();
+    let fresh = fresh_split(&config, &text, split, &[&red], turn2.usage.cached_tokens);
+    assert_eq!(turn2.text, fresh.text, "reusing the picture's cache changed the answer");
+
+    // Another picture: the cache is kept up to where it starts, and says why.
+    let other = ask(&checker, "Which colour is it?");
+    let (text, _) = text_and_tokens_before(&engine, &other, &checker);
+    let turn3 = generate(&engine, request(Prompt::chat(other, Vec::new()), &[&checker], 12));
+    let cache = &turn3.timings.cache;
+    assert_eq!((turn3.usage.cached_tokens, cache.reason), (before, Some(CacheMiss::MediaChanged)));
+    let split = text.find(&checker.marker()).expect("marker");
+    let fresh = fresh_split(&config, &text, split, &[&checker], before);
+    assert_eq!(turn3.text, fresh.text, "the other picture's answer differs from a fresh context's");
+}
+
+#[test]
+fn audio_clips_take_their_tokens_and_a_clip_sent_again_continues_the_cache() {
+    let config = config_with(audio_projector());
+    let engine = Engine::start(config.clone()).expect("loads");
+    let info = engine.model_info().expect("ready");
+    assert!(info.media.audio && !info.media.image, "{:?}", info.media);
+    let short = MediaInput::new(MediaKind::Audio, tone(1.0, 440.0, 16_000), "test");
+    let long = MediaInput::new(MediaKind::Audio, tone(31.0, 440.0, 16_000), "test");
+    let resampled = MediaInput::new(MediaKind::Audio, tone(1.0, 440.0, 44_100), "test");
+    let tokens = |clip: &MediaInput| {
+        generate(&engine, request(Prompt::chat(ask(clip, "What do you hear?"), Vec::new()), &[clip], 1))
+            .usage
+            .prompt_tokens
+    };
+    let (one_second, thirty_one, at_44k) = (tokens(&short), tokens(&long), tokens(&resampled));
+    assert_eq!(thirty_one - one_second, AUDIO_TOKENS, "each 30 s window of audio is {AUDIO_TOKENS} tokens");
+    assert_eq!(at_44k, one_second, "a 44.1 kHz clip is resampled to the projector's rate");
+
+    let (_, before) = text_and_tokens_before(&engine, &ask(&short, "x"), &short);
+    generate(&engine, request(Prompt::chat(ask(&short, "What do you hear?"), Vec::new()), &[&short], 6));
+    let again = ask(&short, "Which note is it?");
+    let (text, _) = text_and_tokens_before(&engine, &again, &short);
+    let turn2 = generate(&engine, request(Prompt::chat(again, Vec::new()), &[&short], 12));
+    assert!(turn2.usage.cached_tokens >= before + AUDIO_TOKENS, "{} cached", turn2.usage.cached_tokens);
+    let split = text.find("Question:").expect("question") + "Question:".len();
+    let fresh = fresh_split(&config, &text, split, &[&short], turn2.usage.cached_tokens);
+    assert_eq!(turn2.text, fresh.text, "reusing the clip's cache changed the answer");
+}
+
+#[test]
+fn a_projector_mapping_every_picture_to_one_output_is_refused_at_load() {
+    let engine = Engine::start(config_with(degenerate_projector())).expect("loads: text still works");
+    let refused = engine.model_info().expect("ready").media.refused.expect("the probe refuses it");
+    assert!(refused.contains("tiny-mmproj-degenerate.gguf") && refused.contains("same output"), "{refused}");
+    let server = spawn_server(engine);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let body = json!({"messages": [{"role": "user", "content": [image_part(&red()), {"type": "text", "text": "What is this?"}]}], "max_tokens": 4});
+        let (status, answer) = post(&server.base, &body).await;
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["error"]["param"], "messages[0].content[0].type");
+        assert!(answer["error"]["message"].as_str().unwrap_or("").contains("same output"), "{answer}");
+        let (status, _) = post(&server.base, &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})).await;
+        assert_eq!(status, 200, "text is still served");
+    });
+}
+
+#[test]
+fn bad_media_gets_a_400_naming_the_part_and_changes_nothing() {
+    let server = spawn_server(Engine::start(config_with(vision_projector())).expect("loads"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let good = json!({"messages": [{"role": "user", "content": [image_part(&red()), {"type": "text", "text": "What is this?"}]}], "max_tokens": 8, "temperature": 0});
+        let (status, before) = post(&server.base, &good).await;
+        assert_eq!(status, 200, "{before}");
+        let user = |parts: Value| json!({"messages": [{"role": "user", "content": parts}], "max_tokens": 4});
+        let text = json!({"type": "text", "text": "What is this?"});
+        let data_url = |mime: &str, bytes: &[u8]| {
+            json!({"type": "image_url", "image_url": {"url": format!("data:{mime};base64,{}", common::media::base64(bytes))}})
+        };
+        // A PNG whose header declares 40,000 × 40,000 pixels.
+        let mut huge = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
+        huge.extend_from_slice(&40_000u32.to_be_bytes());
+        huge.extend_from_slice(&40_000u32.to_be_bytes());
+        huge.extend_from_slice(&[8, 2, 0, 0, 0, 0, 0, 0, 0]);
+        // A PNG with a valid header and no picture after it.
+        let mut broken = huge.clone();
+        broken[16..24].copy_from_slice(&[0, 0, 0, 64, 0, 0, 0, 64]);
+        broken.extend_from_slice(b"\x00\x00\x00\x04IDATjunkjunk");
+        let marker = MediaInput::new(MediaKind::Image, red(), "x").marker();
+        let cases: Vec<(&str, Value, &str)> = vec![
+            ("a URL to fetch", user(json!([{"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/x.png"}}, text])), "messages[0].content[0].image_url"),
+            ("not base64", user(json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}, text])), "messages[0].content[0].image_url"),
+            ("no url", user(json!([{"type": "image_url", "image_url": {}}, text])), "messages[0].content[0].image_url.url"),
+            ("a declared 1.6-gigapixel picture", user(json!([data_url("image/png", &huge), text])), "messages[0].content[0]"),
+            ("a broken PNG", user(json!([data_url("image/png", &broken), text])), "messages[0].content[0]"),
+            ("WebP", user(json!([data_url("image/webp", b"RIFF\x1a\x00\x00\x00WEBPVP8 \x0e\x00\x00\x00"), text])), "messages[0].content[0]"),
+            ("audio for a vision projector", user(json!([text, audio_part(&tone(1.0, 440.0, 16_000))])), "messages[0].content[1].type"),
+            ("text where a picture is", user(json!([data_url("image/png", b"hello, world"), text])), "messages[0].content[0]"),
+            ("seventeen pictures", user(Value::Array((0..17).map(|_| image_part(&red())).chain([text.clone()]).collect())), "messages[0].content[16]"),
+            ("a marker naming no part of the request", user(json!([image_part(&checkerboard()), {"type": "text", "text": marker}])), "messages"),
+        ];
+        for (what, body, param) in cases {
+            let (status, answer) = post(&server.base, &body).await;
+            assert_eq!(status, 400, "{what}: {answer}");
+            assert_eq!(answer["error"]["param"], param, "{what}: {answer}");
+        }
+        let health = reqwest::get(format!("{}/health", server.base)).await.expect("health");
+        assert_eq!(health.status().as_u16(), 200, "the server is up");
+        let (status, after) = post(&server.base, &good).await;
+        assert_eq!(status, 200, "{after}");
+        assert_eq!(after["choices"][0]["message"]["content"], before["choices"][0]["message"]["content"]);
+    });
+}
+
+#[test]
+fn the_responses_api_takes_pictures_and_keeps_them_along_a_chain() {
+    let server = spawn_server(Engine::start(config_with(vision_projector())).expect("loads"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let url = format!("data:image/bmp;base64,{}", common::media::base64(&red()));
+        let first = json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": url}, {"type": "input_text", "text": "What is this?"}]}], "max_output_tokens": 6, "temperature": 0});
+        let (status, answer) = post_json(&server.base, "/v1/responses", &first).await;
+        assert_eq!(status, 200, "{answer}");
+        let prompt_tokens = answer["usage"]["input_tokens"].as_u64().expect("usage");
+        let next = json!({"previous_response_id": answer["id"], "input": "And its colour?", "max_output_tokens": 6, "temperature": 0});
+        let (status, answer) = post_json(&server.base, "/v1/responses", &next).await;
+        assert_eq!(status, 200, "the stored turn's picture goes with the chain: {answer}");
+        let cached = answer["usage"]["input_tokens_details"]["cached_tokens"].as_u64().expect("cached tokens");
+        assert!(cached >= prompt_tokens - 1, "the picture's tokens are reused: {cached} of {prompt_tokens}");
+    });
+}
