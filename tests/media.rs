@@ -213,3 +213,82 @@ fn the_responses_api_takes_pictures_and_keeps_them_along_a_chain() {
         assert!(cached >= prompt_tokens - 1, "the picture's tokens are reused: {cached} of {prompt_tokens}");
     });
 }
+
+/// A form field: its name, its file name (for files), its bytes.
+type FormField<'a> = (&'a str, Option<&'a str>, &'a [u8]);
+
+/// A multipart/form-data body of `fields` (name, file name, bytes) and its content type.
+fn form(fields: &[FormField<'_>]) -> (Vec<u8>, String) {
+    let boundary = "firstwordTestBoundary7MA4YWxk";
+    let mut body = Vec::new();
+    for (name, file, bytes) in fields {
+        body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        match file {
+            Some(file) => body.extend_from_slice(
+                format!("Content-Disposition: form-data; name=\"{name}\"; filename=\"{file}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes(),
+            ),
+            None => body.extend_from_slice(format!("Content-Disposition: form-data; name=\"{name}\"\r\n\r\n").as_bytes()),
+        }
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (body, format!("multipart/form-data; boundary={boundary}"))
+}
+
+/// Posts a transcription form; returns the status, the content type and the body's text.
+async fn transcribe(base: &str, fields: &[FormField<'_>]) -> (u16, String, String) {
+    let (body, content_type) = form(fields);
+    let response = reqwest::Client::new()
+        .post(format!("{base}/v1/audio/transcriptions"))
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .expect("request");
+    let status = response.status().as_u16();
+    let kind = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    (status, kind, response.text().await.expect("body"))
+}
+
+#[test]
+fn transcriptions_answer_as_the_chat_turn_that_asks_for_them() {
+    let server = spawn_server(Engine::start(config_with(audio_projector())).expect("loads"));
+    let vision = spawn_server(Engine::start(config_with(vision_projector())).expect("loads"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let clip = tone(1.0, 440.0, 16_000);
+        let (status, kind, body) = transcribe(&server.base, &[("file", Some("clip.wav"), &clip), ("model", None, b"whisper-1")]).await;
+        assert_eq!((status, kind.as_str()), (200, "application/json"), "{body}");
+        let answer: Value = serde_json::from_str(&body).expect("JSON");
+        let text = answer["text"].as_str().expect("text").to_string();
+        assert!(answer["usage"]["input_tokens"].as_u64().expect("usage") > u64::from(AUDIO_TOKENS));
+        // The same turn through chat completions: the same words.
+        let chat = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "Transcribe audio to text"}, audio_part(&clip)]}], "max_tokens": 448, "temperature": 0});
+        let (status, reply) = post(&server.base, &chat).await;
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(reply["choices"][0]["message"]["content"].as_str().map(str::trim), Some(text.as_str()));
+
+        let (status, kind, plain) = transcribe(&server.base, &[("file", Some("clip.wav"), &clip), ("response_format", None, b"text")]).await;
+        assert_eq!((status, kind.starts_with("text/plain"), plain.as_str()), (200, true, text.as_str()));
+
+        let refusals: Vec<(&str, Vec<FormField<'_>>, &str)> = vec![
+            ("no file", vec![("model", None, b"x")], "file"),
+            ("subtitles", vec![("file", Some("clip.wav"), &clip), ("response_format", None, b"srt")], "response_format"),
+            ("a streamed transcript", vec![("file", Some("clip.wav"), &clip), ("stream", None, b"true")], "stream"),
+            ("a flac file", vec![("file", Some("clip.flac"), &clip)], "file"),
+            ("text as audio", vec![("file", Some("clip.wav"), b"not a sound")], "file"),
+            ("an unknown field", vec![("file", Some("clip.wav"), &clip), ("timestamp_granularities[]", None, b"word")], "timestamp_granularities[]"),
+        ];
+        for (what, fields, param) in refusals {
+            let (status, _, body) = transcribe(&server.base, &fields).await;
+            assert_eq!(status, 400, "{what}: {body}");
+            let error: Value = serde_json::from_str(&body).expect("an error envelope");
+            assert_eq!(error["error"]["param"], param, "{what}: {body}");
+        }
+        let (status, _, body) = transcribe(&vision.base, &[("file", Some("clip.wav"), &clip)]).await;
+        assert_eq!(status, 400, "a vision projector takes no audio: {body}");
+        let json_body = reqwest::Client::new().post(format!("{}/v1/audio/transcriptions", server.base)).json(&json!({})).send().await.expect("request");
+        assert_eq!(json_body.status().as_u16(), 400);
+    });
+}

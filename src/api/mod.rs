@@ -21,6 +21,7 @@ mod request_log;
 mod responses;
 mod sampling;
 mod tokenize;
+mod transcriptions;
 mod wire;
 
 #[cfg(test)]
@@ -159,6 +160,8 @@ fn router_over(state: Arc<AppState>, options: &ServeOptions) -> Router {
         .route("/cache", get(models::cache))
         .route("/metrics", get(metrics::metrics))
         .route("/v1/prefill", post(prefill::prefill))
+        .route("/v1/audio/transcriptions", post(transcriptions::transcriptions))
+        .route("/audio/transcriptions", post(transcriptions::transcriptions))
         .route("/v1/completions", post(completions::completions))
         .route("/completions", post(completions::completions))
         .route("/v1/responses", post(responses::create_response))

@@ -16,12 +16,14 @@ pub(crate) struct MediaParts<'s> {
     inputs: Vec<MediaInput>,
     /// Parts seen (a picture sent twice counts twice: each costs its tokens).
     parts: usize,
+    /// Seconds of audio in them.
+    audio_seconds: f64,
 }
 
 impl<'s> MediaParts<'s> {
     /// None yet, for a server whose projector takes `support`.
     pub(crate) fn new(support: &'s MediaSupport) -> Self {
-        Self { support, inputs: Vec::new(), parts: 0 }
+        Self { support, inputs: Vec::new(), parts: 0, audio_seconds: 0.0 }
     }
 
     /// The media's marker for a content part of type `kind` (`image_url`, `input_image`,
@@ -35,9 +37,30 @@ impl<'s> MediaParts<'s> {
             "input_audio" | "audio" => MediaKind::Audio,
             _ => return Ok(None),
         };
+        self.admit(kind, param, &format!("{param}.type"))?;
+        let (bytes, format) = match kind {
+            MediaKind::Image => (image_bytes(part, param)?, None),
+            MediaKind::Audio => audio_bytes(part, param)?,
+        };
+        self.add(kind, bytes, format.as_deref(), param).map(Some)
+    }
+
+    /// The marker of a clip sent as a file (`/v1/audio/transcriptions`): `format` is `wav` or
+    /// `mp3` (`None`: as its bytes look).
+    ///
+    /// # Errors
+    /// As [`MediaParts::marker`].
+    pub(crate) fn audio_file(&mut self, bytes: Vec<u8>, format: Option<&str>, param: &str) -> Result<String, ApiError> {
+        self.admit(MediaKind::Audio, param, param)?;
+        self.add(MediaKind::Audio, bytes, format, param)
+    }
+
+    /// Counts one more part of `kind`: refused where the projector does not take it (naming
+    /// `type_param`) or past the most parts a request may hold.
+    fn admit(&mut self, kind: MediaKind, param: &str, type_param: &str) -> Result<(), ApiError> {
         self.support
             .check(kind)
-            .map_err(|reason| ApiError::refused(Refusal::UnsupportedContent, format!("{param}.type"), reason))?;
+            .map_err(|reason| ApiError::refused(Refusal::UnsupportedContent, type_param, reason))?;
         self.parts += 1;
         if self.parts > MAX_MEDIA_PARTS {
             return Err(ApiError::refused(
@@ -46,17 +69,31 @@ impl<'s> MediaParts<'s> {
                 format!("a request may hold at most {MAX_MEDIA_PARTS} image and audio parts"),
             ));
         }
-        let (bytes, format) = match kind {
-            MediaKind::Image => (image_bytes(part, param)?, None),
-            MediaKind::Audio => audio_bytes(part, param)?,
-        };
-        check_media(kind, &bytes, format.as_deref()).map_err(|reason| ApiError::invalid(param, reason))?;
+        Ok(())
+    }
+
+    /// Checks `bytes` on their headers and keeps them (once per identity); returns their marker.
+    fn add(&mut self, kind: MediaKind, bytes: Vec<u8>, format: Option<&str>, param: &str) -> Result<String, ApiError> {
+        if bytes.len() > MAX_MEDIA_BYTES {
+            return Err(ApiError::refused(
+                Refusal::Limit,
+                param,
+                format!("a media part may hold at most {} MiB", MAX_MEDIA_BYTES >> 20),
+            ));
+        }
+        let seconds = check_media(kind, &bytes, format).map_err(|reason| ApiError::invalid(param, reason))?;
+        self.audio_seconds += seconds.unwrap_or(0.0);
         let input = MediaInput::new(kind, bytes, param);
         let marker = input.marker();
         if !self.inputs.iter().any(|held| held.id == input.id) {
             self.inputs.push(input);
         }
-        Ok(Some(marker))
+        Ok(marker)
+    }
+
+    /// Seconds of audio the parts hold.
+    pub(crate) fn audio_seconds(&self) -> f64 {
+        self.audio_seconds
     }
 
     /// The parts collected.

@@ -6,13 +6,14 @@
 use super::{MediaKind, MAX_AUDIO_SECONDS, MAX_IMAGE_PIXELS};
 
 /// Checks `bytes` of `kind` against the limits. `format` is the client's word for an audio
-/// clip's format (`wav`, `mp3`), which must match its bytes.
+/// clip's format (`wav`, `mp3`), which must match its bytes. Returns a clip's length in
+/// seconds (none for an image).
 ///
 /// # Errors
 /// Why it is refused, worded for the client.
-pub fn check_media(kind: MediaKind, bytes: &[u8], format: Option<&str>) -> Result<(), String> {
+pub fn check_media(kind: MediaKind, bytes: &[u8], format: Option<&str>) -> Result<Option<f64>, String> {
     match kind {
-        MediaKind::Image => check_image(bytes),
+        MediaKind::Image => check_image(bytes).map(|()| None),
         MediaKind::Audio => {
             let seconds = match format.unwrap_or_else(|| audio_format(bytes)) {
                 "wav" => wav_seconds(bytes)?,
@@ -22,7 +23,7 @@ pub fn check_media(kind: MediaKind, bytes: &[u8], format: Option<&str>) -> Resul
             if seconds > MAX_AUDIO_SECONDS as f64 {
                 return Err(format!("{seconds:.0} s of audio; at most {MAX_AUDIO_SECONDS} s"));
             }
-            Ok(())
+            Ok(Some(seconds))
         }
     }
 }
@@ -210,7 +211,9 @@ mod tests {
         assert!(check_media(MediaKind::Audio, &slow, Some("wav")).expect_err("refused").contains("at most"));
         assert!(check_media(MediaKind::Audio, &wav(16_000, 16_000), Some("wav")).is_ok());
         assert!(check_media(MediaKind::Audio, b"RIFF....WAVE", Some("wav")).is_err());
-        assert!(check_media(MediaKind::Audio, &wav(16, 16_000), Some("flac")).expect_err("refused").contains("wav or mp3"));
+        assert!(check_media(MediaKind::Audio, &wav(16, 16_000), Some("flac"))
+            .expect_err("refused")
+            .contains("wav or mp3"));
     }
 
     /// `n` MPEG-1 layer III frames at 32 kHz, of the bit rate at `kbps_index`, after an ID3 tag.
