@@ -128,6 +128,7 @@ impl fmt::Display for ProbeVerdict {
                 write!(f, "FAILURE: inputs {} of {of} (all distinct) got the same answer: {answer:?}", list.join(", "))
             }
             Self::Refused { message } => write!(f, "refused: {message}"),
+            Self::Incomplete { answered: 0, of, error } => write!(f, "incomplete: none of {of} answered; {error}"),
             Self::Incomplete { answered, of, error } => {
                 write!(f, "incomplete: {answered} of {of} answered (no two alike); {error}")
             }
@@ -297,9 +298,10 @@ mod tests {
         let verdict = probe_verdict(&answers);
         assert_eq!(verdict, ProbeVerdict::Incomplete { answered: 2, of: 3, error: "HTTP 400: too big".into() });
         assert_eq!(verdict.label(), "incomplete");
-        // A server error is no refusal.
+        // A server error is no refusal (llama-server answers media its projector lacks with a 500).
         let verdict = probe_verdict(&[Failed("HTTP 500: image input is not supported"), Refused("HTTP 400: x")]);
         assert_eq!(verdict.label(), "incomplete");
+        assert_eq!(verdict.to_string(), "incomplete: none of 2 answered; HTTP 500: image input is not supported");
     }
 
     #[test]
