@@ -33,9 +33,10 @@ serve: default-model build
 # (scripts/template-venv.sh: transformers and jinja2, pinned; no torch). The `failpoints` feature builds the failure
 # injection points that tests/faults.rs uses (no-ops unless a test sets one). tests/console.rs drives
 # the console in Debian's Chromium (`setup-system.sh browser`) with Playwright (target/browser-venv,
-# scripts/browser-venv.sh: pinned).
+# scripts/browser-venv.sh: pinned). tests/bench.rs speaks the media scenario's clips with espeak-ng
+# (`setup-system.sh media`).
 test: models
-	bash scripts/setup-system.sh browser
+	bash scripts/setup-system.sh browser media
 	python3 models/templates.py
 	bash scripts/sdk-venv.sh
 	bash scripts/browser-venv.sh
@@ -43,6 +44,7 @@ test: models
 	bash scripts/fixtures.sh
 	cargo test --release --features failpoints
 
-# Cold/warm TTFT, decode speed and peak RSS of firstword (and llama-server with LLAMA_SERVER=path).
+# Cold/warm TTFT, decode speed and peak RSS of firstword (and llama-server with LLAMA_SERVER=path);
+# with MMPROJ=path, the servers get that projector and the bench the media scenario.
 bench: default-model build
 	bash scripts/bench.sh $(MODEL)

@@ -8,11 +8,25 @@
 # Every server it starts gets a restart command (SIGTERM, wait for the exit, start it again,
 # wait for /health), so scenario R measures the first turn after a restart. Each firstword
 # keeps its disk cache in a fresh temporary directory (never the user's).
+# MMPROJ: a projector GGUF for the model; every server gets `--mmproj "$MMPROJ"` and the bench
+# `--media` (the media scenario: transcription and the silent-failure probe; its clips are
+# spoken by espeak-ng, installed here if missing). Add --media-only to the bench flags to run
+# that scenario alone.
 set -euo pipefail
 model=${1:?model path}; shift
 ctx=${CTX:-8192}
 threads=${THREADS:-$(nproc)}
 cargo build --release --quiet --bin firstword
+
+media_args=()
+bench_media=()
+if [ -n "${MMPROJ:-}" ]; then
+  [ -f "$MMPROJ" ] || { echo "MMPROJ=$MMPROJ: no such file" >&2; exit 1; }
+  bash "$(dirname "$0")/setup-system.sh" media
+  media_args=(--mmproj "$MMPROJ")
+  # --media-only among the bench flags already selects the media scenario.
+  case " $* " in *" --media-only "*) ;; *) bench_media=(--media) ;; esac
+fi
 
 state=$(mktemp -d /tmp/firstword-bench.XXXXXX)
 cleanup() {
@@ -57,13 +71,13 @@ start_server() {
 
 # shellcheck disable=SC2206 # flags are words
 base_args=(${FIRSTWORD_ARGS:-})
-start_server 18080 /tmp/firstword-bench.log ./target/release/firstword serve -m "$model" --port 18080 -c "$ctx" -t "$threads" --threads-batch "$threads" --cache-dir "$state/cache-18080" "${base_args[@]}"
+start_server 18080 /tmp/firstword-bench.log ./target/release/firstword serve -m "$model" --port 18080 -c "$ctx" -t "$threads" --threads-batch "$threads" --cache-dir "$state/cache-18080" "${media_args[@]}" "${base_args[@]}"
 servers=(--url http://127.0.0.1:18080 --name "firstword${FIRSTWORD_ARGS:+ $FIRSTWORD_ARGS}" --pid "$(cat "$state/18080.pid")" --restart "bash $state/18080.restart")
 
 if [ -n "${COMPARE_ARGS:-}" ]; then
   # shellcheck disable=SC2206 # flags are words
   compare_args=($COMPARE_ARGS)
-  start_server 18082 /tmp/firstword-bench-compare.log ./target/release/firstword serve -m "$model" --port 18082 -c "$ctx" -t "$threads" --threads-batch "$threads" --cache-dir "$state/cache-18082" "${compare_args[@]}"
+  start_server 18082 /tmp/firstword-bench-compare.log ./target/release/firstword serve -m "$model" --port 18082 -c "$ctx" -t "$threads" --threads-batch "$threads" --cache-dir "$state/cache-18082" "${media_args[@]}" "${compare_args[@]}"
   servers+=(--url http://127.0.0.1:18082 --name "firstword $COMPARE_ARGS" --pid "$(cat "$state/18082.pid")" --restart "bash $state/18082.restart")
 fi
 
@@ -71,8 +85,8 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
   # --no-repack: firstword loads the weights as they are (no repacked or AMX buffers), so this
   # is the like-for-like setting; llama-server's AMX repack path also segfaults at the first
   # decode on this project's AMX-capable development machines.
-  start_server 18081 /tmp/llama-server-bench.log "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja --no-repack
+  start_server 18081 /tmp/llama-server-bench.log "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja --no-repack "${media_args[@]}"
   servers+=(--url http://127.0.0.1:18081 --name llama-server --pid "$(cat "$state/18081.pid")" --restart "bash $state/18081.restart")
 fi
 
-./target/release/firstword bench "${servers[@]}" "$@"
+./target/release/firstword bench "${servers[@]}" "${bench_media[@]}" "$@"

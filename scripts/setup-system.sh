@@ -3,7 +3,8 @@
 # bindgen via libclang) on Debian/Ubuntu. Does nothing when they are already there.
 # `setup-system.sh browser` also installs what the console's browser tests need: Debian's
 # Chromium (/usr/bin/chromium; Ubuntu's chromium-browser is a snap and does not serve) and a
-# font for its screenshots.
+# font for its screenshots. `setup-system.sh media` installs espeak-ng, which speaks the bench's
+# media scenario's clips (`firstword bench --media`, tests/bench.rs). Several may be given.
 set -euo pipefail
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -26,10 +27,16 @@ if ! ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 && ! ls /usr/lib/*/libcl
   need+=(libclang-dev)
 fi
 # llama.cpp's default build links OpenMP (libgomp ships with g++ on Debian).
-if [ "${1:-}" = browser ]; then
-  [ -x /usr/bin/chromium ] || need+=(chromium)
-  [ -d /usr/share/fonts/truetype/dejavu ] || need+=(fonts-dejavu-core)
-fi
+for extra in "$@"; do
+  case "$extra" in
+    browser)
+      [ -x /usr/bin/chromium ] || need+=(chromium)
+      [ -d /usr/share/fonts/truetype/dejavu ] || need+=(fonts-dejavu-core)
+      ;;
+    media) command -v espeak-ng >/dev/null 2>&1 || need+=(espeak-ng) ;;
+    *) echo "setup: unknown extra '$extra' (browser, media)" >&2; exit 2 ;;
+  esac
+done
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

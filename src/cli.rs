@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use firstword::api::{AllowedHosts, ApiKeys, CorsOrigins, ServeOptions};
-use firstword::bench::{BenchConfig, Outputs, Target, Weights};
+use firstword::bench::{BenchConfig, Outputs, Scenarios, Target, Weights};
 use firstword::engine::{
     ContextOverflow, EngineConfig, EngineError, FlashAttention, Prompt, SpecMode, SpeculationConfig, SpeculationError,
     LLAMA_CPP_BUILD,
@@ -480,6 +480,14 @@ pub(crate) struct BenchArgs {
     /// measures the servers next to other work.
     #[arg(long = "busy-cores", default_value_t = 0)]
     pub busy_cores: u32,
+    /// Also run the media scenario, for servers started with a projector (--mmproj): sentences
+    /// spoken by espeak-ng sent as input_audio parts to transcribe (word error rate), and the
+    /// silent-failure probe (distinct clips and pictures must get distinct answers).
+    #[arg(long)]
+    pub media: bool,
+    /// Run only the media scenario.
+    #[arg(long = "media-only", conflicts_with = "media")]
+    pub media_only: bool,
 }
 
 impl BenchArgs {
@@ -515,6 +523,11 @@ impl BenchArgs {
             vad: Duration::from_millis(self.vad_ms),
             pregenerate: self.pregenerate,
             busy_cores: self.busy_cores,
+            scenarios: match (self.media, self.media_only) {
+                (_, true) => Scenarios::Media,
+                (true, false) => Scenarios::TextAndMedia,
+                (false, false) => Scenarios::Text,
+            },
         })
     }
 

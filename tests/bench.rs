@@ -1,6 +1,9 @@
 //! `firstword bench` against a live firstword on the real model (every scenario measured, tool
 //! check PASS, the alternating conversations' later turns served from the state store) and against a mock server that answers wrongly (FAIL with the reason, errors
-//! counted, no crash).
+//! counted, no crash); the media scenario against firstword with the tiny projectors (clips
+//! spoken by espeak-ng transcribed with a word error rate, media a projector does not take
+//! refused, the degenerate projector's refusal reported as "refused", not a pass) and against
+//! mock servers that answer every input alike (the probe's FAILURE) or each differently (PASS).
 
 mod common;
 
@@ -13,8 +16,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use common::exclusive_server;
-use firstword::bench::{decide, run, summarize, table, BenchConfig, Conversation, Row, Scenario, Target};
+use common::media::{audio_projector, degenerate_projector, vision_projector};
+use common::{exclusive_server, smollm2_path, spawn_server, test_config};
+use firstword::bench::{
+    decide, run, summarize, table, BenchConfig, Conversation, ProbeVerdict, Row, Scenario, Scenarios, Summary, Target,
+};
+use firstword::{Engine, EngineConfig};
 use serde_json::{json, Value};
 
 fn config(url: String, name: &str) -> BenchConfig {
@@ -30,6 +37,7 @@ fn config(url: String, name: &str) -> BenchConfig {
         vad: BenchConfig::DEFAULT_VAD,
         pregenerate: BenchConfig::DEFAULT_PREGENERATE,
         busy_cores: 0,
+        scenarios: Scenarios::Text,
     }
 }
 
@@ -188,5 +196,145 @@ async fn a_wrong_server_fails_with_reasons_and_counted_errors() {
     assert!(
         gone.iter().all(|r| r.http_status == 0 && (r.error.contains("unreachable") || r.error.starts_with("skipped"))),
         "{gone:?}"
+    );
+}
+
+/// The media scenario alone against `targets` (name, URL).
+fn media_config(targets: &[(&str, String)]) -> BenchConfig {
+    let mut config = config(String::new(), "");
+    config.targets = targets
+        .iter()
+        .map(|(name, url)| Target { name: (*name).into(), url: url.clone(), pid: None, restart: None })
+        .collect();
+    config.scenarios = Scenarios::Media;
+    config
+}
+
+/// The summary of server `name`.
+fn summary_of<'a>(summaries: &'a [Summary], name: &str) -> &'a Summary {
+    summaries.iter().find(|s| s.server == name).unwrap_or_else(|| panic!("no summary of {name}"))
+}
+
+/// A verdict over answers that all came (the fixtures' random weights decide which).
+fn all_answered(verdict: Option<&ProbeVerdict>) -> bool {
+    matches!(verdict, Some(ProbeVerdict::Distinct { inputs: 4 } | ProbeVerdict::Same { of: 4, .. }))
+}
+
+#[tokio::test]
+async fn the_media_scenario_transcribes_probes_and_reports_refusals() {
+    let with = |projector| {
+        spawn_server(
+            Engine::start(EngineConfig { mmproj: Some(projector), ..test_config(smollm2_path()) }).expect("loads"),
+        )
+    };
+    let (audio, vision, degenerate) = (with(audio_projector()), with(vision_projector()), with(degenerate_projector()));
+    let config = media_config(&[
+        ("audio", audio.base.clone()),
+        ("vision", format!("{}/v1", vision.base)),
+        ("degenerate", degenerate.base.clone()),
+    ]);
+    let rows = run(&config, |_| {}).await.expect("espeak-ng speaks the clips (make test installs it)");
+    assert!(rows.iter().all(|r| r.scenario.is_media()), "--media-only runs nothing else");
+    let of = |server: &str, scenario: Scenario| -> Vec<&Row> {
+        rows.iter().filter(|r| r.server == server && r.scenario == scenario).collect()
+    };
+
+    // The audio projector: every clip transcribed (noise: random weights), its WER measured.
+    let transcriptions = of("audio", Scenario::Transcription);
+    assert_eq!(transcriptions.len(), 4);
+    for row in &transcriptions {
+        assert_eq!((row.http_status, row.error.as_str()), (200, ""), "{row:?}");
+        assert!(row.wer.is_some_and(|w| w.is_finite() && w >= 0.0), "{row:?}");
+        assert!(row.reply.is_some() && row.prompt_tokens.is_some_and(|n| n > 60), "the clip's tokens: {row:?}");
+    }
+    let summaries = summarize(&rows, &[]);
+    let media = |name| summary_of(&summaries, name).media.clone().expect("media summary");
+    let audio_summary = media("audio");
+    assert_eq!(audio_summary.wer.len(), 4);
+    assert!(audio_summary.wer_mean.is_some_and(|w| w.is_finite() && w >= 0.0), "{audio_summary:?}");
+    assert!(all_answered(audio_summary.audio.as_ref()), "{audio_summary:?}");
+    match &audio_summary.image {
+        Some(ProbeVerdict::Refused { message }) => assert!(message.contains("takes no image input"), "{message}"),
+        other => panic!("an audio projector refuses pictures: {other:?}"),
+    }
+
+    // The vision projector: the pictures answered, audio refused.
+    let vision_summary = media("vision");
+    assert!(all_answered(vision_summary.image.as_ref()), "{vision_summary:?}");
+    assert!(matches!(vision_summary.audio, Some(ProbeVerdict::Refused { .. })), "{vision_summary:?}");
+    assert!(vision_summary.transcription_refused && vision_summary.wer_mean.is_none(), "{vision_summary:?}");
+
+    // The degenerate projector is refused at load: every media request is refused, and the
+    // report says so, not a pass.
+    let degenerate_summary = media("degenerate");
+    for verdict in [&degenerate_summary.audio, &degenerate_summary.image] {
+        match verdict {
+            Some(ProbeVerdict::Refused { message }) => assert!(message.contains("same output"), "{message}"),
+            other => panic!("the degenerate projector's media are refused: {other:?}"),
+        }
+    }
+    assert!(degenerate_summary.transcription_refused, "{degenerate_summary:?}");
+    assert_eq!(summary_of(&summaries, "degenerate").errors, 0, "refusals are verdicts, not errors");
+
+    let text = table(&summaries);
+    assert!(
+        text.starts_with("server | transcription WER (mean) | audio probe | image probe | peak RSS MB\n"),
+        "{text}"
+    );
+    assert!(text.contains("\ndegenerate | refused | refused | refused | -\n"), "{text}");
+    assert!(text.contains("  audio transcription WER per clip: "), "{text}");
+}
+
+/// A mock media server: at `/same/…` every request gets one fluent sentence (HTTP 200), at
+/// `/distinct/…` each input its own answer.
+async fn media_answers(distinct: bool, Json(body): Json<Value>) -> Response {
+    let text = if distinct {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        body["messages"][0]["content"][0].to_string().hash(&mut hasher);
+        format!("I notice input {:016x}.", hasher.finish())
+    } else {
+        "The recording is of a person speaking clearly in a quiet room.".to_string()
+    };
+    let chunk = json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]});
+    ([("content-type", "text/event-stream")], format!("data: {chunk}\n\ndata: [DONE]\n\n")).into_response()
+}
+
+#[tokio::test]
+async fn the_same_answer_to_every_input_is_a_failure_whatever_the_status() {
+    let app = Router::new()
+        .route("/same/v1/chat/completions", post(|body| media_answers(false, body)))
+        .route("/distinct/v1/chat/completions", post(|body| media_answers(true, body)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let config =
+        media_config(&[("same", format!("http://{address}/same")), ("distinct", format!("http://{address}/distinct"))]);
+    let rows = run(&config, |_| {}).await.expect("bench runs");
+    assert!(rows.iter().all(|r| r.http_status == 200 && r.error.is_empty()), "{rows:?}");
+    let summaries = summarize(&rows, &[]);
+    let same = summary_of(&summaries, "same").media.clone().expect("media");
+    assert!(same.wer_mean.is_some_and(|w| w > 0.5), "{same:?}");
+    for verdict in [same.audio, same.image] {
+        match verdict {
+            Some(ProbeVerdict::Same { inputs, of: 4, answer }) => {
+                assert_eq!(inputs, [1, 2, 3, 4]);
+                assert!(answer.starts_with("The recording is"), "{answer}");
+            }
+            other => panic!("one answer to four inputs is a failure: {other:?}"),
+        }
+    }
+    let distinct = summary_of(&summaries, "distinct").media.clone().expect("media");
+    assert_eq!(
+        (distinct.audio, distinct.image),
+        (Some(ProbeVerdict::Distinct { inputs: 4 }), Some(ProbeVerdict::Distinct { inputs: 4 }))
+    );
+    let text = table(&summaries);
+    assert!(text.contains("\nsame | ") && text.contains(" | FAILURE | FAILURE | -\n"), "{text}");
+    assert!(text.contains(" | PASS | PASS | -\n"), "{text}");
+    assert!(
+        text.contains("  same audio probe: FAILURE: inputs 1, 2, 3, 4 of 4 (all distinct) got the same answer"),
+        "{text}"
     );
 }

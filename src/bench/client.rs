@@ -106,8 +106,15 @@ async fn check_status(response: reqwest::Response, row: &mut Row) -> Result<reqw
         return Ok(response);
     }
     let text = response.text().await.unwrap_or_default();
-    let message: String = text.chars().take(200).collect();
-    Err(format!("HTTP {}: {message}", row.http_status))
+    Err(format!("HTTP {}: {}", row.http_status, error_message(&text)))
+}
+
+/// What a failure's body says: an OpenAI error envelope's `error.message`, else the start of
+/// the body.
+fn error_message(body: &str) -> String {
+    let envelope = serde_json::from_str::<Value>(body).ok();
+    let message = envelope.as_ref().and_then(|v| v["error"]["message"].as_str()).unwrap_or(body);
+    message.chars().take(200).collect()
 }
 
 /// A non-streamed answer: its first choice, its usage, and TTFT as the time to the whole answer.
@@ -412,6 +419,14 @@ mod tests {
         assert_eq!(sse_data(stream).collect::<Vec<_>>(), ["{\"a\":1}", "{\"b\":2}"]);
         assert_eq!(sse_data(&format!("{stream}\n")).last(), Some("[DONE]"));
         assert_eq!(sse_data("data: {\"cut").count(), 0);
+    }
+
+    #[test]
+    fn a_failure_is_told_by_its_error_envelope_or_its_body() {
+        let envelope = r#"{"error": {"message": "this server takes no audio", "type": "invalid_request_error"}}"#;
+        assert_eq!(error_message(envelope), "this server takes no audio");
+        assert_eq!(error_message("boom"), "boom");
+        assert_eq!(error_message(&"x".repeat(500)).len(), 200);
     }
 
     #[test]

@@ -10,11 +10,14 @@ use super::{
     BenchError, Weights,
 };
 
-/// Rows per server and repetition: the turns, the four voice turns, the interleaved job and
-/// the turn after it, two decode runs, three tool checks, the two alternating conversations'
-/// turns, and the turn after a restart where the server has a restart command.
-fn requests_per_run(turns: u32, restarts: bool) -> u64 {
-    u64::from(turns) + 4 + 2 + 2 + 3 + 2 * u64::from(turns) + u64::from(restarts)
+/// Rows per server and repetition of the text scenarios: the turns, the four voice turns, the
+/// interleaved job and the turn after it, two decode runs, three tool checks, the two
+/// alternating conversations' turns, and the turn after a restart where the server has a
+/// restart command; then the media scenario's requests where it runs.
+fn requests_per_run(config: &BenchConfig, restarts: bool) -> u64 {
+    let turns = u64::from(config.turns);
+    let text = if config.scenarios.text() { turns + 4 + 2 + 2 + 3 + 2 * turns + u64::from(restarts) } else { 0 };
+    text + if config.scenarios.media() { super::media::media_requests() } else { 0 }
 }
 
 /// Fails early, with the server named, when a server does not answer at all.
@@ -64,7 +67,7 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Benc
     if let Some(load) = load_before.filter(|&l| l > 0.5) {
         eprintln!("warning: load average {load:.2} before the run; other work on this machine skews the numbers");
     }
-    let per_rep: u64 = config.targets.iter().map(|t| requests_per_run(config.turns, t.restart.is_some())).sum();
+    let per_rep: u64 = config.targets.iter().map(|t| requests_per_run(config, t.restart.is_some())).sum();
     let total = u64::from(config.reps) * per_rep;
     let bar = ProgressBar::new(total);
     bar.set_style(
@@ -95,11 +98,14 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Benc
     }
     let summaries = summarize(&rows, &rss);
     println!("{}", table(&summaries));
-    match decide(&summaries) {
-        Ok(winner) => println!("decision: {winner}"),
-        Err(none) => println!("decision: {none}"),
+    // The decision rests on the text scenarios (the tool check, warm TTFT).
+    if config.scenarios.text() {
+        match decide(&summaries) {
+            Ok(winner) => println!("decision: {winner}"),
+            Err(none) => println!("decision: {none}"),
+        }
     }
-    if let Some(weights) = outputs.weights {
+    if let Some(weights) = outputs.weights.filter(|_| config.scenarios.text()) {
         for (server, score) in scores(&summaries, weights) {
             println!("score {server}: {score:.3}");
         }

@@ -49,6 +49,20 @@ pub enum BenchError {
     /// No conversation turn succeeded, so the chart would be empty.
     #[error("no successful conversation turns to plot")]
     NothingToPlot,
+    /// The media scenario speaks its clips with espeak-ng, which is not installed.
+    #[error(
+        "the media scenario speaks its clips with espeak-ng, which is not installed: apt-get install espeak-ng \
+         (scripts/setup-system.sh media does), or brew install espeak-ng"
+    )]
+    NoEspeak,
+    /// espeak-ng failed to speak a sentence.
+    #[error("espeak-ng could not speak {text:?}: {message}")]
+    Espeak {
+        /// The sentence.
+        text: String,
+        /// Why.
+        message: String,
+    },
     /// Drawing or writing the chart failed.
     #[error("drawing {}: {message}", path.display())]
     Drawing {

@@ -1,6 +1,7 @@
 //! `firstword bench`: the cold / warm / tool / decode / interleaved-job / alternating-conversations
 //! / voice (spoken, preemptive, barge-in) / restart micro-benchmark against any OpenAI-compatible server, so users choose with
-//! data from their own machine.
+//! data from their own machine; with `--media`, the media scenario too (transcription and the
+//! silent-failure probe, for servers started with a projector).
 //!
 //! Per repetition every server runs every scenario in turn (A B A B …), so machine drift hits
 //! all of them equally. Each request becomes a [`Row`]; [`summarize`] and [`decide`] turn rows
@@ -11,6 +12,7 @@ mod chart;
 mod client;
 mod command;
 mod error;
+mod media;
 mod report;
 mod table;
 mod voice;
@@ -23,11 +25,15 @@ pub use chart::{check_plot_path, plot};
 pub use client::sse_data;
 pub use command::{execute, Outputs};
 pub use error::{BenchError, NoDecision, WeightsError};
+pub use media::{
+    media_summary, probe_verdict, transcript_words, word_error_rate, MediaSummary, ProbeAnswer, ProbeVerdict,
+};
 pub use report::{decide, scores, summarize, write_csv, Conversation, Row, Scenario, Spread, Summary, Weights};
 pub use table::table;
 
 pub use busy::BusyLoad;
 use client::{send, ServerReply};
+use media::MediaInputs;
 
 /// A server to measure.
 #[derive(Clone, Debug)]
@@ -72,6 +78,35 @@ pub struct BenchConfig {
     /// Cores kept busy by a spinning thread each for the whole run (0: none): the servers
     /// measured next to other work.
     pub busy_cores: u32,
+    /// The text scenarios, the media scenario, or both.
+    pub scenarios: Scenarios,
+}
+
+/// Which scenarios a run holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scenarios {
+    /// The conversation, voice, tool, decode, alternating and restart scenarios.
+    #[default]
+    Text,
+    /// Those, then the media scenario (`--media`).
+    TextAndMedia,
+    /// The media scenario alone (`--media-only`).
+    Media,
+}
+
+impl Scenarios {
+    /// Whether the text scenarios run.
+    #[must_use]
+    pub fn text(self) -> bool {
+        self != Self::Media
+    }
+
+    /// Whether the media scenario runs: transcription of spoken clips (espeak-ng) and the
+    /// silent-failure probe.
+    #[must_use]
+    pub fn media(self) -> bool {
+        self != Self::Text
+    }
 }
 
 impl BenchConfig {
@@ -184,7 +219,8 @@ fn base(url: &str) -> &str {
 /// request with the row. Never panics on server misbehaviour: it ends up in the rows.
 ///
 /// # Errors
-/// [`BenchError::HttpClient`]: the HTTP client cannot be built.
+/// [`BenchError::HttpClient`]: the HTTP client cannot be built; for the media scenario,
+/// [`BenchError::NoEspeak`] or [`BenchError::Espeak`]: its clips cannot be spoken.
 pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, BenchError> {
     // A fresh connection per request, for every server alike: a pooled keep-alive connection
     // that the server closed while idle fails the next request on the client's side.
@@ -193,6 +229,7 @@ pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result
         .pool_max_idle_per_host(0)
         .build()
         .map_err(BenchError::HttpClient)?;
+    let media = if config.scenarios.media() { Some(MediaInputs::prepare().await?) } else { None };
     let _busy = BusyLoad::start(config.busy_cores);
     let mut rows = Vec::new();
     let mut pids: Vec<Option<u32>> = config.targets.iter().map(|t| t.pid).collect();
@@ -200,7 +237,12 @@ pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result
         for (target, pid) in config.targets.iter().zip(&mut pids) {
             let mut bench =
                 ServerRun { config, client: &client, target, pid, rep, rows: &mut rows, progress: &mut progress };
-            bench.all_scenarios().await;
+            if config.scenarios.text() {
+                bench.text_scenarios().await;
+            }
+            if let Some(media) = &media {
+                bench.media_scenarios(media).await;
+            }
         }
     }
     Ok(rows)
@@ -267,8 +309,9 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
     /// the voice turns continue it), the interleaved job between two of its turns, then the
     /// scenarios that share only the system prompt with it (decode after the long prompt, the
     /// tool calls), the short-prompt decode, which shares nothing, and last the two alternating
-    /// conversations, whose system prompts start with a nonce of their own.
-    async fn all_scenarios(&mut self) {
+    /// conversations, whose system prompts start with a nonce of their own; R, where the server
+    /// has a restart command, after them all.
+    async fn text_scenarios(&mut self) {
         let system = self.nonce("") + &self.config.system_prompt;
         let mut messages = vec![json!({"role": "system", "content": system})];
         for turn in 1..=self.config.turns {

@@ -5,6 +5,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::error::{NoDecision, WeightsError};
+use super::media::{media_summary, MediaSummary};
 
 /// Which measurement a row belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -48,8 +49,17 @@ pub enum Scenario {
     /// cut to what was spoken.
     BargeIn,
     /// R: the conversation's next turn after the server was restarted (by the target's
-    /// restart command), the last scenario of a repetition.
+    /// restart command), the last text scenario of a repetition.
     Restart,
+    /// Media: a spoken sentence (espeak-ng) sent as an `input_audio` part with "Transcribe
+    /// this audio."; `turn` is the clip (from 1), [`Row::wer`] the answer's word error rate.
+    Transcription,
+    /// Media, the silent-failure probe: one of the spoken clips asked "Describe this."; `turn`
+    /// is the clip. Distinct clips must get distinct answers.
+    ProbeAudio,
+    /// Media, the silent-failure probe: one of the pictures asked "Describe this."; `turn` is
+    /// the picture.
+    ProbeImage,
 }
 
 /// Which of the alternating scenario's two conversations a row belongs to.
@@ -66,6 +76,13 @@ impl Scenario {
     #[must_use]
     pub fn is_tool(self) -> bool {
         matches!(self, Self::ToolStream | Self::ToolNonStream | Self::ToolFollowUp)
+    }
+
+    /// Whether this is one of the media scenario's requests (their failures are verdicts, not
+    /// errors).
+    #[must_use]
+    pub fn is_media(self) -> bool {
+        matches!(self, Self::Transcription | Self::ProbeAudio | Self::ProbeImage)
     }
 
     /// Whether this is a turn of the conversation (A, B, the turn after E's job, or after R's
@@ -135,6 +152,10 @@ pub struct Row {
     /// The barge-in scenario: characters of the cancelled reply kept in the history (what was
     /// spoken).
     pub cut_chars: Option<u32>,
+    /// The transcription scenario: the answer's word error rate against the sentence spoken.
+    pub wer: Option<f64>,
+    /// The media scenario: the answer's text.
+    pub reply: Option<String>,
 }
 
 impl Row {
@@ -168,6 +189,8 @@ impl Row {
             pause_ms: None,
             cancelled_ttft_ms: None,
             cut_chars: None,
+            wer: None,
+            reply: None,
         }
     }
 
@@ -257,6 +280,8 @@ pub struct Summary {
     pub peak_rss_mb: Option<f64>,
     /// Speculative decoding over all answers that reported it: (drafted, accepted).
     pub drafts: Option<(u64, u64)>,
+    /// The media scenario's results, when it ran.
+    pub media: Option<MediaSummary>,
 }
 
 impl Summary {
@@ -275,6 +300,12 @@ impl Summary {
     #[must_use]
     pub fn tool_pass(&self) -> bool {
         self.tool_passes.1 > 0 && self.tool_passes.0 == self.tool_passes.1
+    }
+
+    /// Whether the text scenarios ran (every repetition of them holds the tool check).
+    #[must_use]
+    pub fn ran_text(&self) -> bool {
+        self.tool_passes.1 > 0
     }
 }
 
@@ -296,7 +327,7 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
             };
             let warm = values(Scenario::Warm, |r| r.ttft_ms);
             let reps: Vec<u32> = {
-                let mut reps: Vec<u32> = mine.iter().map(|r| r.rep).collect();
+                let mut reps: Vec<u32> = mine.iter().filter(|r| !r.scenario.is_media()).map(|r| r.rep).collect();
                 reps.dedup();
                 reps
             };
@@ -323,7 +354,7 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                 preemptive_ttft: Spread::of(&values(Scenario::Preemptive, |r| r.ttft_ms)),
                 barge_in_ttft: Spread::of(&values(Scenario::BargeIn, |r| r.ttft_ms)),
                 restart_ttft: Spread::of(&values(Scenario::Restart, |r| r.ttft_ms)),
-                errors: mine.iter().filter(|r| !r.ok() && !r.scenario.is_tool()).count(),
+                errors: mine.iter().filter(|r| !r.ok() && !r.scenario.is_tool() && !r.scenario.is_media()).count(),
                 // A restarted process's peak, read before its restart, counts too.
                 peak_rss_mb: peak_rss_mb
                     .iter()
@@ -338,6 +369,7 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                     }
                     _ => total,
                 }),
+                media: media_summary(&mine),
             }
         })
         .collect()
@@ -485,7 +517,7 @@ mod tests {
         let text = String::from_utf8(out).expect("utf8");
         assert_eq!(
             text.lines().next(),
-            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,prefills,cache_save_ms,cache_restore_ms,restarted_peak_rss_mb,adopted_tokens,pause_ms,cancelled_ttft_ms,cut_chars")
+            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,prefills,cache_save_ms,cache_restore_ms,restarted_peak_rss_mb,adopted_tokens,pause_ms,cancelled_ttft_ms,cut_chars,wer,reply")
         );
         assert!(text.contains("a,1,cold,1,1.0,,,,,,,,,200,,,,"), "{text}");
     }

@@ -1,55 +1,119 @@
-//! The summary table printed on stdout: one line per server, then its tool failure and
-//! speculative-decoding acceptance.
+//! The summary table printed on stdout: one line per server (the text scenarios' columns when
+//! they ran, the media scenario's when it ran), then its tool failure, speculative-decoding
+//! acceptance and media details.
 
+use super::media::MediaSummary;
 use super::report::{Spread, Summary};
+
+/// A column of the table: its header and its cell for a server.
+struct Column {
+    header: &'static str,
+    cell: fn(&Summary) -> String,
+}
+
+/// The text scenarios' columns.
+const TEXT: [Column; 15] = [
+    Column { header: "cold TTFT ms", cell: |s| show(s.cold_ttft) },
+    Column { header: "warm TTFT ms (mean)", cell: |s| s.warm_ttft_mean.map_or("-".into(), |w| format!("{w:.1}")) },
+    Column { header: "warm TTFT ms", cell: |s| show(s.warm_ttft) },
+    Column { header: "warm first sentence ms", cell: |s| show(s.warm_first_sentence) },
+    Column { header: "tool", cell: tool },
+    Column { header: "decode short tok/s", cell: |s| show(s.decode_short) },
+    Column { header: "decode long tok/s", cell: |s| show(s.decode_long) },
+    Column { header: "TTFT after interleaved job ms", cell: |s| show(s.after_interleave_ttft) },
+    Column { header: "alternating TTFT ms (× warm)", cell: alternating },
+    Column { header: "spoken TTFT ms (× warm)", cell: |s| spoken(s.spoken_ttft, s) },
+    Column { header: "spoken +1 word TTFT ms (× warm)", cell: |s| spoken(s.spoken_added_ttft, s) },
+    Column { header: "preemptive resent TTFT ms (× warm)", cell: |s| times_warm(s.preemptive_ttft, s) },
+    Column { header: "barge-in TTFT ms (× warm)", cell: |s| times_warm(s.barge_in_ttft, s) },
+    Column { header: "TTFT after restart ms (× warm)", cell: |s| times_warm(s.restart_ttft, s) },
+    Column { header: "errors", cell: |s| s.errors.to_string() },
+];
+
+/// The media scenario's columns.
+const MEDIA: [Column; 3] = [
+    Column {
+        header: "transcription WER (mean)",
+        cell: |s| match &s.media {
+            Some(MediaSummary { wer_mean: Some(wer), .. }) => format!("{wer:.2}"),
+            Some(MediaSummary { transcription_refused: true, .. }) => "refused".into(),
+            _ => "-".into(),
+        },
+    },
+    Column {
+        header: "audio probe",
+        cell: |s| s.media.as_ref().and_then(|m| m.audio.as_ref()).map_or("-".into(), |v| v.label().into()),
+    },
+    Column {
+        header: "image probe",
+        cell: |s| s.media.as_ref().and_then(|m| m.image.as_ref()).map_or("-".into(), |v| v.label().into()),
+    },
+];
+
+/// Peak memory, last.
+const RSS: Column = Column { header: "peak RSS MB", cell: |s| s.peak_rss_mb.map_or("-".into(), |m| format!("{m:.0}")) };
 
 /// The summary table, as printed on stdout.
 #[must_use]
 pub fn table(summaries: &[Summary]) -> String {
-    let mut out = String::from(
-        "server | cold TTFT ms | warm TTFT ms (mean) | warm TTFT ms | warm first sentence ms | tool | decode short tok/s | decode long tok/s | TTFT after interleaved job ms | alternating TTFT ms (× warm) | spoken TTFT ms (× warm) | spoken +1 word TTFT ms (× warm) | preemptive resent TTFT ms (× warm) | barge-in TTFT ms (× warm) | TTFT after restart ms (× warm) | errors | peak RSS MB\n",
-    );
+    let text = summaries.iter().any(Summary::ran_text);
+    let media = summaries.iter().any(|s| s.media.is_some());
+    let columns: Vec<&Column> =
+        (if text { &TEXT[..] } else { &[] }).iter().chain(if media { &MEDIA[..] } else { &[] }).chain([&RSS]).collect();
+    let mut out = String::from("server");
+    for column in &columns {
+        out.push_str(" | ");
+        out.push_str(column.header);
+    }
+    out.push('\n');
     for s in summaries {
-        let tool =
-            if s.tool_pass() { "PASS".to_string() } else { format!("FAIL {}/{}", s.tool_passes.0, s.tool_passes.1) };
-        out.push_str(&format!(
-            "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}\n",
-            s.server,
-            show(s.cold_ttft),
-            s.warm_ttft_mean.map_or("-".into(), |w| format!("{w:.1}")),
-            show(s.warm_ttft),
-            show(s.warm_first_sentence),
-            tool,
-            show(s.decode_short),
-            show(s.decode_long),
-            show(s.after_interleave_ttft),
-            alternating(s),
-            spoken(s.spoken_ttft, s),
-            spoken(s.spoken_added_ttft, s),
-            times_warm(s.preemptive_ttft, s),
-            times_warm(s.barge_in_ttft, s),
-            times_warm(s.restart_ttft, s),
-            s.errors,
-            s.peak_rss_mb.map_or("-".into(), |m| format!("{m:.0}")),
-        ));
-        if s.spoken_prefills == Some(0) {
-            out.push_str(&format!(
-                "  {} has no /v1/prefill: its spoken turns were measured without prefills\n",
-                s.server
-            ));
+        out.push_str(&s.server);
+        for column in &columns {
+            out.push_str(" | ");
+            out.push_str(&(column.cell)(s));
         }
-        if let Some(reason) = &s.tool_failure {
-            out.push_str(&format!("  {} tool check: {reason}\n", s.server));
-        }
-        if let Some((drafted, accepted)) = s.drafts.filter(|&(drafted, _)| drafted > 0) {
-            out.push_str(&format!(
-                "  {} speculative decoding: {accepted} of {drafted} drafted tokens accepted ({:.0}%)\n",
-                s.server,
-                100.0 * accepted as f64 / drafted as f64
-            ));
-        }
+        out.push('\n');
+        details(s, &mut out);
     }
     out
+}
+
+/// The lines under a server's: what its numbers leave out.
+fn details(s: &Summary, out: &mut String) {
+    if s.spoken_prefills == Some(0) {
+        out.push_str(&format!("  {} has no /v1/prefill: its spoken turns were measured without prefills\n", s.server));
+    }
+    if let Some(reason) = &s.tool_failure {
+        out.push_str(&format!("  {} tool check: {reason}\n", s.server));
+    }
+    if let Some((drafted, accepted)) = s.drafts.filter(|&(drafted, _)| drafted > 0) {
+        out.push_str(&format!(
+            "  {} speculative decoding: {accepted} of {drafted} drafted tokens accepted ({:.0}%)\n",
+            s.server,
+            100.0 * accepted as f64 / drafted as f64
+        ));
+    }
+    let Some(media) = &s.media else { return };
+    if !media.wer.is_empty() {
+        let each: Vec<String> = media.wer.iter().map(|w| format!("{w:.2}")).collect();
+        out.push_str(&format!("  {} transcription WER per clip: {}\n", s.server, each.join(", ")));
+    }
+    if let Some(error) = &media.transcription_error {
+        out.push_str(&format!("  {} transcription: {error}\n", s.server));
+    }
+    for (what, verdict) in [("audio", &media.audio), ("image", &media.image)] {
+        if let Some(verdict) = verdict {
+            out.push_str(&format!("  {} {what} probe: {verdict}\n", s.server));
+        }
+    }
+}
+
+fn tool(s: &Summary) -> String {
+    if s.tool_pass() {
+        "PASS".to_string()
+    } else {
+        format!("FAIL {}/{}", s.tool_passes.0, s.tool_passes.1)
+    }
 }
 
 fn show(value: Option<Spread>) -> String {
@@ -99,5 +163,39 @@ mod tests {
         let summaries = summarize(&rows, &[]);
         let line = table(&summaries).lines().nth(1).map(String::from).unwrap_or_default();
         assert!(line.contains(" | 150.0 (110.0–150.0) (×1.50) | "), "{line}");
+    }
+
+    #[test]
+    fn a_media_only_run_shows_the_media_columns_and_why_a_probe_failed() {
+        let row = |scenario, turn, reply: &str| Row {
+            http_status: 200,
+            reply: Some(reply.into()),
+            wer: (scenario == Scenario::Transcription).then_some(1.5),
+            ..Row::new("s", 1, scenario, turn)
+        };
+        let refused = |turn| Row {
+            http_status: 400,
+            error: "HTTP 400: no pictures".into(),
+            ..Row::new("s", 1, Scenario::ProbeImage, turn)
+        };
+        let rows = [
+            row(Scenario::Transcription, 1, "noise"),
+            row(Scenario::ProbeAudio, 1, "The same."),
+            row(Scenario::ProbeAudio, 2, "The same."),
+            refused(1),
+            refused(2),
+        ];
+        let text = table(&summarize(&rows, &[]));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "server | transcription WER (mean) | audio probe | image probe | peak RSS MB");
+        assert_eq!(lines[1], "s | 1.50 | FAILURE | refused | -");
+        assert!(
+            text.contains(
+                "  s audio probe: FAILURE: inputs 1, 2 of 2 (all distinct) got the same answer: \"The same.\"\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("  s image probe: refused: HTTP 400: no pictures\n"), "{text}");
+        assert!(text.contains("  s transcription WER per clip: 1.50\n"), "{text}");
     }
 }
