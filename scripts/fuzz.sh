@@ -33,7 +33,7 @@ fi
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else
-    targets=(request_json chat_template tool_call_stream sse_frame schema_grammar)
+    targets=(request_json chat_template tool_call_stream sse_frame schema_grammar media_headers)
 fi
 
 cargo +nightly fuzz build -s none

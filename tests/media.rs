@@ -292,3 +292,43 @@ fn transcriptions_answer_as_the_chat_turn_that_asks_for_them() {
         assert_eq!(json_body.status().as_u16(), 400);
     });
 }
+
+#[test]
+fn damaged_pictures_and_clips_get_a_200_or_a_400_never_a_crash() {
+    // The decoders (stb_image, miniaudio) behind the API, fed valid files with bytes changed:
+    // seeded, so a failure replays.
+    let vision = spawn_server(Engine::start(config_with(vision_projector())).expect("loads"));
+    let audio = spawn_server(Engine::start(config_with(audio_projector())).expect("loads"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let mut rng = fastrand::Rng::with_seed(28);
+        let picture = checkerboard();
+        let clip = tone(0.5, 440.0, 16_000);
+        let mut answered = [0usize; 2];
+        for round in 0..40 {
+            let part: fn(&[u8]) -> Value = if round % 2 == 0 { image_part } else { audio_part };
+            let (server, mut bytes) =
+                if round % 2 == 0 { (&vision.base, picture.clone()) } else { (&audio.base, clip.clone()) };
+            // Headers are where decoders trust sizes: change bytes there more often.
+            for _ in 0..rng.usize(1..6) {
+                let at = if rng.bool() { rng.usize(..64.min(bytes.len())) } else { rng.usize(..bytes.len()) };
+                bytes[at] = rng.u8(..);
+            }
+            if rng.u8(..4) == 0 {
+                bytes.truncate(rng.usize(1..bytes.len()));
+            }
+            let body = json!({"messages": [{"role": "user", "content": [part(&bytes), {"type": "text", "text": "What is it?"}]}], "max_tokens": 1});
+            let (status, answer) = post(server, &body).await;
+            assert!(status == 200 || status == 400, "round {round}: {status} {answer}");
+            if status == 400 {
+                assert!(answer["error"]["param"].as_str().is_some_and(|p| p.starts_with("messages[0].content[0]")), "round {round}: {answer}");
+            }
+            answered[usize::from(status == 200)] += 1;
+        }
+        for server in [&vision.base, &audio.base] {
+            let health = reqwest::get(format!("{server}/health")).await.expect("health");
+            assert_eq!(health.status().as_u16(), 200, "the server is up");
+        }
+        assert!(answered[0] > 0 && answered[1] > 0, "both outcomes were exercised: {answered:?}");
+    });
+}

@@ -8,13 +8,15 @@
 //! field; an accepted chat body's messages and tools all reach the engine request, with
 //! sampling values in their documented ranges, at most the allowed stop strings (plus the
 //! format's openers when calls are not allowed), logit biases inside the vocabulary, and a
-//! grammar whose root rule is defined; the other endpoints' accepted bodies have sampling in
+//! grammar whose root rule is defined, and media parts (a projector taking images and audio)
+//! within the limits, each standing in a message as its marker; the other endpoints' accepted bodies have sampling in
 //! range and a defined grammar root too.
 
 #![no_main]
 
 mod common;
 
+use firstword::engine::media::{check_media, MediaKind, MediaSupport, MAX_MEDIA_BYTES, MAX_MEDIA_PARTS};
 use firstword::engine::TemplateSource;
 use firstword::fuzzing::Api;
 use firstword::{GenerationRequest, ModelInfo, Prompt};
@@ -35,6 +37,8 @@ fuzz_target!(|body: &[u8]| {
         reasoning: None,
         threads: 1,
         threads_batch: 1,
+        // A projector taking both kinds: media parts are decoded and checked on their headers.
+        media: MediaSupport { projector: Some("fuzz.gguf".into()), image: true, audio: true, refused: None },
     };
     for other in [Api::validate_completion(body, &model), Api::validate_response(body, &model)] {
         match other {
@@ -53,6 +57,13 @@ fuzz_target!(|body: &[u8]| {
         assert_eq!(tools.len(), body["tools"].as_array().map_or(0, Vec::len), "every tool");
     }
     check_request(&request, &model);
+    // Every media part kept is within the limits and stands in a message as its marker.
+    assert!(request.media.len() <= MAX_MEDIA_PARTS);
+    for media in &request.media {
+        assert!(media.bytes.len() <= MAX_MEDIA_BYTES && !media.bytes.is_empty());
+        assert!(messages.iter().any(|m| m.content.contains(&media.marker())), "the marker is in a message");
+        assert!(check_media(media.kind, &media.bytes, None).is_ok() || media.kind == MediaKind::Audio);
+    }
     let openers = format.openers();
     let asked: Vec<&String> = request.stop.iter().filter(|s| !openers.contains(s)).collect();
     assert!(asked.len() <= 4 && asked.iter().all(|s| s.len() <= 256), "{:?}", request.stop);

@@ -246,6 +246,34 @@ mod tests {
         assert!(check_media(MediaKind::Audio, &long, Some("mp3")).expect_err("refused").contains("at most"));
     }
 
+    proptest::proptest! {
+        /// The fuzz target `media_headers` in short, on every test run: arbitrary bytes, and
+        /// valid headers with bytes changed, never panic, and an accepted clip's length is
+        /// finite and within the limit.
+        #[test]
+        fn any_bytes_are_inspected_without_panicking(
+            noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048),
+            flips in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>()), 0..8),
+        ) {
+            let mut seeds = vec![noise, wav(400, 16_000), mp3(20, 9)];
+            for seed in &mut seeds[1..] {
+                for &(at, byte) in &flips {
+                    let len = seed.len();
+                    seed[at % len] = byte;
+                }
+            }
+            for bytes in &seeds {
+                let _ = check_media(MediaKind::Image, bytes, None);
+                for format in [Some("wav"), Some("mp3"), None] {
+                    if let Ok(seconds) = check_media(MediaKind::Audio, bytes, format) {
+                        let seconds = seconds.expect("a clip has a length");
+                        proptest::prop_assert!(seconds.is_finite() && seconds <= MAX_AUDIO_SECONDS as f64);
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn images_are_checked_on_their_headers() {
         // A PNG header declaring 40,000 × 40,000 pixels, with no pixel data.
