@@ -332,3 +332,53 @@ fn damaged_pictures_and_clips_get_a_200_or_a_400_never_a_crash() {
         assert!(answered[0] > 0 && answered[1] > 0, "both outcomes were exercised: {answered:?}");
     });
 }
+
+/// Turn 2 of the conversation about `media` after turn 1's `reply`.
+fn turn2_again(media: &MediaInput, reply: &str) -> Vec<ChatMessage> {
+    let mut turn = ask(media, "What is this?");
+    turn.extend([ChatMessage::assistant(reply), ChatMessage::user("And its colour?")]);
+    turn
+}
+
+#[test]
+fn a_restart_brings_a_conversation_back_from_disk_with_its_picture() {
+    let dir = std::env::temp_dir().join(format!("firstword-media-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = EngineConfig { cache_dir: Some(dir.clone()), cache_min_tokens: 16, ..config_with(vision_projector()) };
+    let red = MediaInput::new(MediaKind::Image, red(), "test");
+    let turn1 = ask(&red, "What is this?");
+    let engine = Engine::start(config.clone()).expect("loads");
+    let first = generate(&engine, request(Prompt::chat(turn1.clone(), Vec::new()), &[&red], 8));
+    engine.wait_idle_blocking();
+    drop(engine);
+    let turn2 = turn2_again(&red, &first.text);
+
+    let restarted = Engine::start(config.clone()).expect("loads");
+    let second = generate(&restarted, request(Prompt::chat(turn2.clone(), Vec::new()), &[&red], 12));
+    let cache = &second.timings.cache;
+    assert_eq!((cache.source, cache.reason), (CacheSource::Disk, Some(CacheMiss::Restored)), "{cache:?}");
+    assert!(cache.reused > first.usage.prompt_tokens, "the picture and the reply come from disk: {cache:?}");
+    drop(restarted);
+
+    // An engine that never stopped: the same split, the same answer.
+    let steady = Engine::start(EngineConfig { cache_dir: None, ..config.clone() }).expect("loads");
+    let steady_first = generate(&steady, request(Prompt::chat(turn1, Vec::new()), &[&red], 8));
+    assert_eq!(steady_first.text, first.text);
+    let steady_second = generate(&steady, request(Prompt::chat(turn2, Vec::new()), &[&red], 12));
+    assert_eq!(steady_second.usage.cached_tokens, second.usage.cached_tokens, "the same split on both sides");
+    assert_eq!(second.text, steady_second.text, "the restored picture changed the answer");
+    drop(steady);
+
+    // Another projector file (here: the same one with bytes added, as an updated file would
+    // be): its embeddings may differ at the picture's positions, so the file is not used.
+    let changed = std::env::temp_dir().join(format!("firstword-media-projector-{}.gguf", std::process::id()));
+    let mut bytes = std::fs::read(vision_projector()).expect("the projector");
+    bytes.extend_from_slice(&[0; 64]);
+    std::fs::write(&changed, bytes).expect("a changed projector");
+    let other = Engine::start(EngineConfig { mmproj: Some(changed.clone()), ..config }).expect("loads");
+    let again = generate(&other, request(Prompt::chat(turn2_again(&red, &first.text), Vec::new()), &[&red], 12));
+    assert_ne!(again.timings.cache.source, CacheSource::Disk, "a state made with another projector was restored");
+    drop(other);
+    let _ = std::fs::remove_file(&changed);
+    let _ = std::fs::remove_dir_all(&dir);
+}
