@@ -145,6 +145,9 @@ fn a_projector_mapping_every_picture_to_one_output_is_refused_at_load() {
         assert!(answer["error"]["message"].as_str().unwrap_or("").contains("same output"), "{answer}");
         let (status, _) = post(&server.base, &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})).await;
         assert_eq!(status, 200, "text is still served");
+        let models: Value = reqwest::get(format!("{}/v1/models", server.base)).await.expect("models").json().await.expect("JSON");
+        assert_eq!(models["data"][0]["meta"]["input_media"], json!([]), "{models}");
+        assert!(models["data"][0]["meta"]["media_refused"].as_str().is_some_and(|r| r.contains("same output")), "{models}");
     });
 }
 
@@ -156,6 +159,8 @@ fn bad_media_gets_a_400_naming_the_part_and_changes_nothing() {
         let good = json!({"messages": [{"role": "user", "content": [image_part(&red()), {"type": "text", "text": "What is this?"}]}], "max_tokens": 8, "temperature": 0});
         let (status, before) = post(&server.base, &good).await;
         assert_eq!(status, 200, "{before}");
+        let models: Value = reqwest::get(format!("{}/v1/models", server.base)).await.expect("models").json().await.expect("JSON");
+        assert_eq!(models["data"][0]["meta"]["input_media"], json!(["image"]), "{models}");
         let user = |parts: Value| json!({"messages": [{"role": "user", "content": parts}], "max_tokens": 4});
         let text = json!({"type": "text", "text": "What is this?"});
         let data_url = |mime: &str, bytes: &[u8]| {

@@ -9,6 +9,7 @@ use axum::Json;
 use super::error::ApiError;
 use super::wire::{CacheEntryView, CacheView, DiskCacheView, ModelCard, ModelList, ModelMeta};
 use super::AppState;
+use crate::engine::media::MediaKind;
 use crate::engine::CacheEntryStatus;
 
 /// Lists the one loaded model.
@@ -29,6 +30,12 @@ pub(super) async fn list_models(State(state): State<Arc<AppState>>) -> Result<Js
                 chat_template: info.template_source.to_string(),
                 tool_format: info.tool_format.name(),
                 reasoning_markers: info.reasoning.map(|r| [r.open, r.close]),
+                input_media: [(MediaKind::Image, info.media.image), (MediaKind::Audio, info.media.audio)]
+                    .into_iter()
+                    .filter(|&(kind, takes)| takes && info.media.check(kind).is_ok())
+                    .map(|(kind, _)| kind.as_str())
+                    .collect(),
+                media_refused: info.media.refused.clone(),
             },
         }],
     }))

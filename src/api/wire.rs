@@ -406,4 +406,10 @@ pub(super) struct ModelMeta {
     /// The markers of the model's reasoning (`["<think>", "</think>"]`); null for models
     /// that do not think.
     pub reasoning_markers: Option<[&'static str; 2]>,
+    /// What media the projector (`--mmproj`) takes: `["image", "audio"]`, none without one
+    /// or when the load-time probe refused it.
+    pub input_media: Vec<&'static str>,
+    /// Why media input is refused although a projector is loaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media_refused: Option<String>,
 }
