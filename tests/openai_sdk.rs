@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -38,26 +38,23 @@ async fn the_openai_python_sdk_sends_pictures_and_clips() {
     };
     let (vision, audio) = (start(vision_projector()), start(audio_projector()));
     let model = vision.engine.model_info().expect("model loaded").id;
-    let mut command = Command::new(sdk_python(&root));
-    command.arg("-u").arg(root.join("tests/sdk/openai_media.py"));
-    command.arg(format!("{}/v1", vision.base)).arg(format!("{}/v1", audio.base)).arg(model);
-    let (status, stdout, stderr) =
-        tokio::task::spawn_blocking(move || run_with_timeout(command, SCRIPT_TIMEOUT)).await.expect("script runner");
-    println!("{stdout}");
-    eprintln!("{stderr}");
-    let status = status.unwrap_or_else(|| panic!("the SDK checks ran past {SCRIPT_TIMEOUT:?}:\n{stdout}"));
-    assert!(status.success(), "SDK checks failed ({status}):\n{stdout}");
+    let args = [format!("{}/v1", vision.base), format!("{}/v1", audio.base), model];
+    run_checks(&root, "openai_media.py", &args).await;
 }
 
 /// Runs `tests/sdk/<script>` against the shared server; fails when any of its checks failed.
 async fn run_script(script: &str) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let python = sdk_python(&root);
     let (_guard, server) = exclusive_server().await;
     let model = server.engine.model_info().expect("model loaded").id;
-    let mut command = Command::new(python);
+    run_checks(&root, script, &[format!("{}/v1", server.base), model]).await;
+}
+
+/// Runs `tests/sdk/<script>` with `args`; fails when any of its checks failed.
+async fn run_checks(root: &Path, script: &str, args: &[String]) {
+    let mut command = Command::new(sdk_python(root));
     // -u: the lines of the checks that ran come back even when a hang gets the script killed.
-    command.arg("-u").arg(root.join("tests/sdk").join(script)).arg(format!("{}/v1", server.base)).arg(model);
+    command.arg("-u").arg(root.join("tests/sdk").join(script)).args(args);
     let (status, stdout, stderr) =
         tokio::task::spawn_blocking(move || run_with_timeout(command, SCRIPT_TIMEOUT)).await.expect("script runner");
     println!("{stdout}");

@@ -26,7 +26,7 @@ pub use client::sse_data;
 pub use command::{execute, Outputs};
 pub use error::{BenchError, NoDecision, WeightsError};
 pub use media::{
-    media_summary, probe_verdict, transcript_words, word_error_rate, MediaSummary, ProbeAnswer, ProbeVerdict,
+    bmp, media_summary, probe_verdict, transcript_words, word_error_rate, MediaSummary, ProbeAnswer, ProbeVerdict,
 };
 pub use report::{decide, scores, summarize, write_csv, Conversation, Row, Scenario, Spread, Summary, Weights};
 pub use table::table;

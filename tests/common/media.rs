@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+use firstword::bench::bmp;
+
 use super::model_path;
 
 /// The vision projector fixture (LLaVA `mlp`, 16 tokens per image, for SmolLM2).
@@ -27,33 +29,6 @@ pub(crate) fn degenerate_projector() -> PathBuf {
 pub(crate) const VISION_TOKENS: u32 = 16;
 /// Tokens the audio fixture makes of a clip shorter than 30 s.
 pub(crate) const AUDIO_TOKENS: u32 = 60;
-
-/// A 24-bit BMP of `width` × `height` whose pixel at (x, y) is `color(x, y)` (RGB).
-pub(crate) fn bmp(width: u32, height: u32, color: impl Fn(u32, u32) -> [u8; 3]) -> Vec<u8> {
-    let row = (width * 3).div_ceil(4) * 4;
-    let size = 54 + row * height;
-    let mut out = Vec::with_capacity(size as usize);
-    out.extend_from_slice(b"BM");
-    out.extend_from_slice(&size.to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&54u32.to_le_bytes());
-    out.extend_from_slice(&40u32.to_le_bytes());
-    out.extend_from_slice(&width.to_le_bytes());
-    out.extend_from_slice(&height.to_le_bytes());
-    out.extend_from_slice(&1u16.to_le_bytes());
-    out.extend_from_slice(&24u16.to_le_bytes());
-    out.extend_from_slice(&[0; 24]);
-    // Rows bottom-up, BGR, each padded to four bytes.
-    for y in (0..height).rev() {
-        let start = out.len();
-        for x in 0..width {
-            let [r, g, b] = color(x, y);
-            out.extend_from_slice(&[b, g, r]);
-        }
-        out.resize(start + row as usize, 0);
-    }
-    out
-}
 
 /// A red picture.
 pub(crate) fn red() -> Vec<u8> {

@@ -108,8 +108,9 @@ pub(super) fn pictures() -> Vec<Vec<u8>> {
     ]
 }
 
-/// A 24-bit BMP of `width` × `height` whose pixel at (x, y) is `color(x, y)` (RGB).
-fn bmp(width: u32, height: u32, color: impl Fn(u32, u32) -> [u8; 3]) -> Vec<u8> {
+/// A 24-bit BMP of `width` × `height` whose pixel at (x, y) is `color(x, y)` (RGB): the
+/// probe's pictures (BMP: every server's decoder reads it, and it needs no compressor).
+pub fn bmp(width: u32, height: u32, color: impl Fn(u32, u32) -> [u8; 3]) -> Vec<u8> {
     let row = (width * 3).div_ceil(4) * 4;
     let size = 54 + row * height;
     let mut out = Vec::with_capacity(size as usize);
