@@ -105,20 +105,22 @@ impl TranscriptionJob {
         let mut file = None;
         let (mut language, mut prompt, mut format, mut temperature) = (None, None, None, None);
         for field in form_fields(bytes, boundary)? {
+            if field.name == "file" {
+                file = Some((field.file_name, field.bytes));
+                continue;
+            }
+            let Field { name, bytes, .. } = field;
             let text = || {
-                let text = String::from_utf8(field.bytes.clone())
-                    .map_err(|_| ApiError::invalid(field.name.as_str(), "must be UTF-8 text"))?;
-                if text.len() > MAX_FIELD_BYTES {
+                if bytes.len() > MAX_FIELD_BYTES {
                     return Err(ApiError::refused(
                         Refusal::Limit,
-                        field.name.as_str(),
+                        name.as_str(),
                         format!("at most {MAX_FIELD_BYTES} bytes"),
                     ));
                 }
-                Ok(text)
+                String::from_utf8(bytes.clone()).map_err(|_| ApiError::invalid(name.as_str(), "must be UTF-8 text"))
             };
-            match field.name.as_str() {
-                "file" => file = Some((field.file_name.clone(), field.bytes.clone())),
+            match name.as_str() {
                 "model" => {}
                 "language" => language = Some(text()?),
                 "prompt" => prompt = Some(text()?),

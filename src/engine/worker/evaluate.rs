@@ -75,7 +75,7 @@ impl Session<'_> {
             None => Derivation::AsSent,
         };
         let matching = Instant::now();
-        let media_changed = self.media_changed(tokens);
+        let media_changed = !fitted.media.is_empty() && self.media_changed(tokens);
         let mut reuse = self.sequence.reuse_prefix(tokens, derivation);
         self.keep_media_whole(&mut reuse, &fitted.media);
         let mut cache = self.explain(&reuse, tokens, parts);

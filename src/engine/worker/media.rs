@@ -48,6 +48,7 @@ impl Session<'_> {
             tokens.push(self.model.vocab().bos());
         }
         let mut spans = Vec::new();
+        let mut last_part = "messages";
         for piece in pieces {
             match piece {
                 Piece::Text(part) => tokens.extend(self.tokenizer.tokenize(part, false, true)?),
@@ -57,14 +58,14 @@ impl Session<'_> {
                         .find(|input| input.id == id)
                         .ok_or_else(|| refuse("messages", "the text names a media part the request does not hold"))?;
                     let segment = projector.segment(input)?;
+                    last_part = &input.part;
                     spans.push(MediaSpan { start: tokens.len(), segment: Arc::clone(&segment) });
                     tokens.extend_from_slice(&segment.tokens);
                 }
             }
         }
-        if let Some(last) = spans.last().filter(|span| span.end() == tokens.len()) {
-            let part = media.iter().find(|m| m.kind == last.segment.kind).map_or("messages", |m| m.part.as_str());
-            return Err(refuse(part, "the prompt ends with this media; text must follow it"));
+        if spans.last().is_some_and(|span| span.end() == tokens.len()) {
+            return Err(refuse(last_part, "the prompt ends with this media; text must follow it"));
         }
         Ok((tokens, spans))
     }
