@@ -5,6 +5,7 @@
 # FIRSTWORD_ARGS: extra `firstword serve` flags. COMPARE_ARGS: also start a second firstword with
 # these flags instead, e.g. speculation on vs off:
 #   FIRSTWORD_ARGS="--spec none" COMPARE_ARGS="--spec mtp" scripts/bench.sh models/tiny-mtp.gguf
+# LLAMA_SERVER_ARGS: extra llama-server flags (e.g. --no-repack: see docs/benchmarks.md, "Like for like").
 # Every server it starts gets a restart command (SIGTERM, wait for the exit, start it again,
 # wait for /health), so scenario R measures the first turn after a restart. Each firstword
 # keeps its disk cache in a fresh temporary directory (never the user's).
@@ -82,10 +83,13 @@ if [ -n "${COMPARE_ARGS:-}" ]; then
 fi
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
-  # --no-repack: firstword loads the weights as they are (no repacked or AMX buffers), so this
-  # is the like-for-like setting; llama-server's AMX repack path also segfaults at the first
-  # decode on this project's AMX-capable development machines.
-  start_server 18081 /tmp/llama-server-bench.log "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja --no-repack "${media_args[@]}"
+  # Both servers load the weights the same way, llama.cpp's default: weights whose type has
+  # CPU kernels for interleaved rows are repacked at load (CPU_REPACK), the rest mapped. (Until
+  # 2026-12-04 llama-server ran with --no-repack here, against firstword's repacked weights:
+  # docs/benchmarks.md, "Like for like".) LLAMA_SERVER_ARGS adds flags to llama-server alone.
+  # shellcheck disable=SC2206 # flags are words
+  llama_args=(${LLAMA_SERVER_ARGS:-})
+  start_server 18081 /tmp/llama-server-bench.log "$LLAMA_SERVER" -m "$model" --port 18081 -c "$ctx" -t "$threads" -tb "$threads" -np 1 --jinja "${media_args[@]}" "${llama_args[@]}"
   servers+=(--url http://127.0.0.1:18081 --name llama-server --pid "$(cat "$state/18081.pid")" --restart "bash $state/18081.restart")
 fi
 
