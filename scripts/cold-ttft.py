@@ -20,6 +20,8 @@ import sys
 import time
 import urllib.request
 
+from bench_common import system_prompt, wait_for_health
+
 MODEL = sys.argv[1]
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 PORT = 18301
@@ -40,28 +42,11 @@ if any(name.startswith("llama") for name in names) and not LLAMA_SERVER:
 env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(LLAMA_SERVER) if LLAMA_SERVER else "")
 
 
-def system_prompt(tokens=4000):
-    """A smart-home fact list of about `tokens` tokens (3/8 of a token per character)."""
-    text = "You are a helpful voice assistant for a smart home. Facts you know:\n"
-    i = 0
-    while len(text) * 3 // 8 < tokens:
-        room = ["kitchen", "hall", "garage", "attic"][i % 4]
-        colour = ["red", "blue", "green"][i % 3]
-        text += f"Fact {i}: the {room} sensor {i} reports {i * 13 % 97} units and a {colour} light.\n"
-        i += 1
-    return text
-
-
 def cold_ttft(name, system, round_no):
     base = f"http://127.0.0.1:{PORT}"
     server = subprocess.Popen(SERVERS[name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(base + "/health")
-                break
-            except Exception:
-                time.sleep(0.2)
+        wait_for_health(base)
         time.sleep(3)
         messages = [{"role": "system", "content": system}, {"role": "user", "content": f"Hello, round {round_no}."}]
         body = json.dumps({"messages": messages, "max_tokens": 1, "temperature": 0}).encode()

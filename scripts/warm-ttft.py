@@ -19,6 +19,8 @@ import sys
 import time
 import urllib.request
 
+from bench_common import system_prompt, wait_for_health
+
 BINARY, MODEL, EXTRA = sys.argv[1], sys.argv[2], sys.argv[3:]
 PAUSE = float(os.environ.get("PAUSE", "1.5"))
 PORT = 18311
@@ -28,18 +30,6 @@ if "llama-server" in os.path.basename(BINARY):
     command = [BINARY, *common, "-tb", "2", "-np", "1", "--jinja", *EXTRA]
 else:
     command = [BINARY, "serve", *common, "--threads-batch", "2", "--no-cache-dir", *EXTRA]
-
-
-def system_prompt(tokens=4000):
-    """A smart-home fact list of about `tokens` tokens (3/8 of a token per character)."""
-    text = "You are a helpful voice assistant for a smart home. Facts you know:\n"
-    i = 0
-    while len(text) * 3 // 8 < tokens:
-        room = ["kitchen", "hall", "garage", "attic"][i % 4]
-        colour = ["red", "blue", "green"][i % 3]
-        text += f"Fact {i}: the {room} sensor {i} reports {i * 13 % 97} units and a {colour} light.\n"
-        i += 1
-    return text
 
 
 def turn(messages):
@@ -64,12 +54,7 @@ def main():
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(BINARY))
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(BASE + "/health")
-                break
-            except Exception:
-                time.sleep(0.2)
+        wait_for_health(BASE)
         messages = [{"role": "system", "content": system_prompt()}]
         warm = []
         for n in range(9):
