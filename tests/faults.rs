@@ -177,13 +177,15 @@ fn an_engine_that_cannot_recover_answers_503_and_the_binary_exits_non_zero() {
 
     // The binary: the same two failures, given in FAILPOINTS; it stops serving and exits 1.
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_firstword"))
-        .args(["serve", "--no-cache-dir", "-c", "2048", "-t", "2", "--port", &port.to_string(), "-m"])
-        .arg(smollm2_path())
-        .env("FAILPOINTS", "engine::token=panic;engine::recover=panic")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts");
+    let mut child = ServerProcess(
+        Command::new(env!("CARGO_BIN_EXE_firstword"))
+            .args(["serve", "--no-cache-dir", "-c", "2048", "-t", "2", "--port", &port.to_string(), "-m"])
+            .arg(smollm2_path())
+            .env("FAILPOINTS", "engine::token=panic;engine::recover=panic")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts"),
+    );
     let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
     let ready = lines.by_ref().map_while(Result::ok).any(|line| line.contains("ready"));
     assert!(ready, "the server became ready");
@@ -267,9 +269,32 @@ fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     found
 }
 
+/// A server process that is killed when dropped, so that a failing test leaves none running.
+struct ServerProcess(std::process::Child);
+
+impl std::ops::Deref for ServerProcess {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ServerProcess {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A `firstword serve` over SmolLM2 with a disk cache in `dir`, failpoints set from
 /// `failpoints`, ready; its log drained on a thread of its own.
-fn serve_with_disk_cache(dir: &std::path::Path, failpoints: &str) -> (std::process::Child, String) {
+fn serve_with_disk_cache(dir: &std::path::Path, failpoints: &str) -> (ServerProcess, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_firstword"))
         .args([
@@ -295,7 +320,7 @@ fn serve_with_disk_cache(dir: &std::path::Path, failpoints: &str) -> (std::proce
     let ready = lines.by_ref().map_while(Result::ok).any(|line| line.contains("ready"));
     assert!(ready, "the server became ready");
     std::thread::spawn(move || lines.for_each(drop));
-    (child, format!("http://127.0.0.1:{port}"))
+    (ServerProcess(child), format!("http://127.0.0.1:{port}"))
 }
 
 /// The tokens the base of the cache file at `path` holds.
