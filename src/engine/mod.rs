@@ -23,6 +23,10 @@ mod request;
 mod request_path;
 mod runs;
 mod sampling;
+// The multi-sequence worker that carries its plans out is not built yet (issue: several
+// conversations in one context); the rules are settled and tested first.
+#[cfg_attr(not(test), allow(dead_code))]
+mod schedule;
 mod sequence;
 mod speculation;
 mod store;
