@@ -77,6 +77,11 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
         Scenario::Preemptive,
         Scenario::BargeIn,
         Scenario::Restart,
+        Scenario::Satellites,
+        Scenario::SecondAlone,
+        Scenario::StreamAlone,
+        Scenario::StreamShared,
+        Scenario::SecondWhileStreaming,
     ] {
         let found = scenario_rows(&rows, scenario);
         assert!(!found.is_empty(), "no {scenario:?} row");
@@ -127,6 +132,19 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
     }
     assert!(table(&summaries).contains("barge-in TTFT ms (× warm)"));
     assert!(table(&summaries).contains("TTFT after restart ms (× warm)"));
+    // T: the satellites share their system prompt, so each one's later turns are warm; the
+    // second command was sent while the long reply streamed (no error says it had ended).
+    let satellites: Vec<&Row> = scenario_rows(&rows, Scenario::Satellites).into_iter().filter(|r| r.turn > 1).collect();
+    assert_eq!(satellites.len(), 4, "{satellites:?}");
+    assert!(satellites.iter().all(|r| r.cached_tokens.unwrap_or(0) > 300), "{satellites:?}");
+    let shared = scenario_rows(&rows, Scenario::StreamShared)[0];
+    assert!(shared.beside_tok_s.is_some(), "{shared:?}");
+    assert!(shared.completion_tokens.is_some_and(|n| n > 8), "{shared:?}");
+    for ttft in [summaries[0].second_alone_ttft, summaries[0].second_while_streaming_ttft, summaries[0].satellites_ttft]
+    {
+        assert!(ttft.is_some(), "{:?}", summaries[0]);
+    }
+    assert!(table(&summaries).contains("second request while a reply streams TTFT ms (× alone)"));
     // R is the conversation's next turn: it continues the conversation.
     let restart = scenario_rows(&rows, Scenario::Restart)[0];
     assert!(restart.cached_tokens.unwrap_or(0) > 300, "{restart:?}");
@@ -186,7 +204,13 @@ async fn a_wrong_server_fails_with_reasons_and_counted_errors() {
     // The mock's one-chunk reply cannot be cancelled after its third delta.
     let preemptive = scenario_rows(&rows, Scenario::Preemptive)[0];
     assert!(preemptive.error.contains("the reply ended before it was cancelled"), "{preemptive:?}");
-    assert_eq!(summaries[0].errors, 3, "the HTTP 500, the preemptive request and the failed restart");
+    // The mock's one-chunk reply ends before the together scenario's second request is sent.
+    let second = scenario_rows(&rows, Scenario::SecondWhileStreaming)[0];
+    assert_eq!(second.error, "the long reply ended before its 8th delta", "{second:?}");
+    assert_eq!(
+        summaries[0].errors, 4,
+        "the HTTP 500, the preemptive request, the second request not sent while a reply streamed and the failed restart"
+    );
     assert!(table(&summaries).contains("no /v1/prefill"), "{}", table(&summaries));
     assert!(!summaries[0].tool_pass());
     assert!(decide(&summaries).is_err(), "no server passed: no decision");

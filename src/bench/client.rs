@@ -31,6 +31,8 @@ pub(super) struct ServerReply {
     pub finish_reason: Option<String>,
     /// Non-streamed: the assistant message as returned (for the follow-up turn).
     pub message: Option<Value>,
+    /// Streamed: when each delta with content or tool calls came, since the request was sent.
+    pub delta_at: Vec<Duration>,
 }
 
 /// The `data:` payloads of the complete events in `text`, in order, as an SSE client reads
@@ -64,8 +66,20 @@ pub(super) async fn prefill(client: reqwest::Client, base: String, body: Value) 
 }
 
 pub(super) async fn send(client: &reqwest::Client, base: &str, body: &Value, row: &mut Row) -> ServerReply {
+    send_watched(client, base, body, row, None).await
+}
+
+/// [`send`], publishing on `progress` how many deltas with content or tool calls have come
+/// (a streamed request), so that another request can be sent while this one streams.
+pub(super) async fn send_watched(
+    client: &reqwest::Client,
+    base: &str,
+    body: &Value,
+    row: &mut Row,
+    progress: Option<tokio::sync::watch::Sender<u64>>,
+) -> ServerReply {
     let start = Instant::now();
-    match exchange(client, base, body, row, start).await {
+    match exchange(client, base, body, row, start, progress).await {
         Ok(reply) => {
             row.total_ms = Some(ms(start.elapsed()));
             reply
@@ -88,12 +102,13 @@ async fn exchange(
     body: &Value,
     row: &mut Row,
     start: Instant,
+    progress: Option<tokio::sync::watch::Sender<u64>>,
 ) -> Result<ServerReply, String> {
     let url = format!("{}/v1/chat/completions", base.trim_end_matches('/'));
     let response = client.post(&url).json(body).send().await.map_err(|e| format!("unreachable: {e}"))?;
     let response = check_status(response, row).await?;
     if body["stream"] == Value::Bool(true) {
-        read_stream(response, row, start).await
+        read_stream(response, row, start, progress).await
     } else {
         read_answer(response, row, start).await
     }
@@ -145,12 +160,18 @@ async fn read_answer(response: reqwest::Response, row: &mut Row, start: Instant)
         calls,
         finish_reason: choice["finish_reason"].as_str().map(String::from),
         message: Some(message),
+        delta_at: Vec::new(),
     })
 }
 
 /// A streamed answer: the SSE framing, each event as it arrives, then the metrics.
-async fn read_stream(mut response: reqwest::Response, row: &mut Row, start: Instant) -> Result<ServerReply, String> {
-    let mut stream = StreamRead::default();
+async fn read_stream(
+    mut response: reqwest::Response,
+    row: &mut Row,
+    start: Instant,
+    progress: Option<tokio::sync::watch::Sender<u64>>,
+) -> Result<ServerReply, String> {
+    let mut stream = StreamRead { progress, ..StreamRead::default() };
     let mut buffer = String::new();
     while let Some(events) = next_events(&mut response, &mut buffer).await? {
         for data in sse_data(&events) {
@@ -185,6 +206,8 @@ struct StreamRead {
     done: bool,
     /// Since the request: the first `finish_reason`.
     finished_at: Option<Duration>,
+    /// Where the count of deltas is published as they come.
+    progress: Option<tokio::sync::watch::Sender<u64>>,
 }
 
 impl StreamRead {
@@ -220,6 +243,10 @@ impl StreamRead {
         self.first.get_or_insert(now);
         self.last = Some(now);
         self.deltas += 1;
+        self.reply.delta_at.push(now);
+        if let Some(progress) = &self.progress {
+            progress.send_replace(self.deltas);
+        }
         if !content.is_empty() {
             self.reply.content.push_str(content);
             if row.first_sentence_ms.is_none() && sentence_complete(&self.reply.content) {

@@ -1,5 +1,6 @@
 //! `firstword bench`: the cold / warm / tool / decode / interleaved-job / alternating-conversations
-//! / voice (spoken, preemptive, barge-in) / restart micro-benchmark against any OpenAI-compatible server, so users choose with
+//! / voice (spoken, preemptive, barge-in) / together (a second request while a reply streams) /
+//! restart micro-benchmark against any OpenAI-compatible server, so users choose with
 //! data from their own machine; with `--media`, the media scenario too (transcription and the
 //! silent-failure probe, for servers started with a projector).
 //!
@@ -15,6 +16,7 @@ mod error;
 mod media;
 mod report;
 mod table;
+mod together;
 mod voice;
 
 use std::time::Duration;
@@ -309,8 +311,9 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
     /// the voice turns continue it), the interleaved job between two of its turns, then the
     /// scenarios that share only the system prompt with it (decode after the long prompt, the
     /// tool calls), the short-prompt decode, which shares nothing, and last the two alternating
-    /// conversations, whose system prompts start with a nonce of their own; R, where the server
-    /// has a restart command, after them all.
+    /// conversations, whose system prompts start with a nonce of their own, and T (together),
+    /// whose satellites' prompt does too; R, where the server has a restart command, after them
+    /// all.
     async fn text_scenarios(&mut self) {
         let system = self.nonce("") + &self.config.system_prompt;
         let mut messages = vec![json!({"role": "system", "content": system})];
@@ -339,6 +342,7 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
         let body = self.body(&[story], self.config.decode_tokens, true);
         self.request(self.row(Scenario::DecodeShort, 0), body).await;
         self.alternating_scenario().await;
+        self.together_scenario().await;
         if let Some(command) = &self.target.restart {
             self.restart_turn(command, &mut messages, self.config.turns + 6).await;
         }

@@ -51,6 +51,20 @@ pub enum Scenario {
     /// R: the conversation's next turn after the server was restarted (by the target's
     /// restart command), the last text scenario of a repetition.
     Restart,
+    /// T: two satellites (kitchen A, office B), each its own conversation with the same system
+    /// prompt and its own area line, turns in alternation A1 B1 A2 B2 …; `turn` is the turn of
+    /// the row's [`Row::conversation`].
+    Satellites,
+    /// T: the office's next command, alone (the reference for [`Scenario::SecondWhileStreaming`]).
+    SecondAlone,
+    /// T: the kitchen's long reply (`decode_tokens`), alone.
+    StreamAlone,
+    /// T: the same long reply again, the office's next command sent while it streams;
+    /// [`Row::beside_tok_s`] is its decode rate while that command waited for its first token.
+    StreamShared,
+    /// T: the office's next command (as long as the one alone), sent after the long reply's
+    /// 8th delta: what a second speaker waits behind a streaming reply.
+    SecondWhileStreaming,
     /// Media: a spoken sentence (espeak-ng) sent as an `input_audio` part with "Transcribe
     /// this audio."; `turn` is the clip (from 1), [`Row::wer`] the answer's word error rate.
     Transcription,
@@ -156,6 +170,9 @@ pub struct Row {
     pub wer: Option<f64>,
     /// The media scenario: the answer's text.
     pub reply: Option<String>,
+    /// The together scenario's shared long reply: its deltas a second while the second request
+    /// waited for its first token.
+    pub beside_tok_s: Option<f64>,
 }
 
 impl Row {
@@ -191,6 +208,7 @@ impl Row {
             cut_chars: None,
             wer: None,
             reply: None,
+            beside_tok_s: None,
         }
     }
 
@@ -274,6 +292,18 @@ pub struct Summary {
     pub barge_in_ttft: Option<Spread>,
     /// TTFT of the turn after a restart, ms.
     pub restart_ttft: Option<Spread>,
+    /// TTFT of the satellites' turns after their first, ms.
+    pub satellites_ttft: Option<Spread>,
+    /// TTFT of the office's command alone, ms.
+    pub second_alone_ttft: Option<Spread>,
+    /// TTFT of the office's command sent while the kitchen's reply streams, ms.
+    pub second_while_streaming_ttft: Option<Spread>,
+    /// The kitchen's long reply alone, request to its end, ms.
+    pub stream_alone_ms: Option<Spread>,
+    /// The same reply with the office's command sent while it streams, ms.
+    pub stream_shared_ms: Option<Spread>,
+    /// The shared reply's deltas a second while the command waited for its first token.
+    pub beside_tok_s: Option<Spread>,
     /// Requests that failed (HTTP or protocol errors, not tool-check failures).
     pub errors: usize,
     /// Peak resident memory (VmHWM), MB, when a PID was given.
@@ -354,6 +384,12 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                 preemptive_ttft: Spread::of(&values(Scenario::Preemptive, |r| r.ttft_ms)),
                 barge_in_ttft: Spread::of(&values(Scenario::BargeIn, |r| r.ttft_ms)),
                 restart_ttft: Spread::of(&values(Scenario::Restart, |r| r.ttft_ms)),
+                satellites_ttft: Spread::of(&values(Scenario::Satellites, |r| r.ttft_ms.filter(|_| r.turn > 1))),
+                second_alone_ttft: Spread::of(&values(Scenario::SecondAlone, |r| r.ttft_ms)),
+                second_while_streaming_ttft: Spread::of(&values(Scenario::SecondWhileStreaming, |r| r.ttft_ms)),
+                stream_alone_ms: Spread::of(&values(Scenario::StreamAlone, |r| r.total_ms)),
+                stream_shared_ms: Spread::of(&values(Scenario::StreamShared, |r| r.total_ms)),
+                beside_tok_s: Spread::of(&values(Scenario::StreamShared, |r| r.beside_tok_s)),
                 errors: mine.iter().filter(|r| !r.ok() && !r.scenario.is_tool() && !r.scenario.is_media()).count(),
                 // A restarted process's peak, read before its restart, counts too.
                 peak_rss_mb: peak_rss_mb
@@ -517,7 +553,7 @@ mod tests {
         let text = String::from_utf8(out).expect("utf8");
         assert_eq!(
             text.lines().next(),
-            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,prefills,cache_save_ms,cache_restore_ms,restarted_peak_rss_mb,adopted_tokens,pause_ms,cancelled_ttft_ms,cut_chars,wer,reply")
+            Some("server,rep,scenario,turn,ttft_ms,first_sentence_ms,total_ms,prompt_tokens,cached_tokens,completion_tokens,decode_tok_s,draft_n,draft_n_accepted,http_status,error,conversation,cache_source,cache_reason,prefills,cache_save_ms,cache_restore_ms,restarted_peak_rss_mb,adopted_tokens,pause_ms,cancelled_ttft_ms,cut_chars,wer,reply,beside_tok_s")
         );
         assert!(text.contains("a,1,cold,1,1.0,,,,,,,,,200,,,,"), "{text}");
     }

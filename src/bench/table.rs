@@ -12,7 +12,7 @@ struct Column {
 }
 
 /// The text scenarios' columns.
-const TEXT: [Column; 15] = [
+const TEXT: [Column; 19] = [
     Column { header: "cold TTFT ms", cell: |s| show(s.cold_ttft) },
     Column { header: "warm TTFT ms (mean)", cell: |s| s.warm_ttft_mean.map_or("-".into(), |w| format!("{w:.1}")) },
     Column { header: "warm TTFT ms", cell: |s| show(s.warm_ttft) },
@@ -27,6 +27,13 @@ const TEXT: [Column; 15] = [
     Column { header: "preemptive resent TTFT ms (× warm)", cell: |s| times_warm(s.preemptive_ttft, s) },
     Column { header: "barge-in TTFT ms (× warm)", cell: |s| times_warm(s.barge_in_ttft, s) },
     Column { header: "TTFT after restart ms (× warm)", cell: |s| times_warm(s.restart_ttft, s) },
+    Column { header: "satellites TTFT ms (× warm)", cell: |s| times_warm(s.satellites_ttft, s) },
+    Column {
+        header: "second request while a reply streams TTFT ms (× alone)",
+        cell: |s| times(s.second_while_streaming_ttft, s.second_alone_ttft),
+    },
+    Column { header: "reply beside it tok/s", cell: |s| show(s.beside_tok_s) },
+    Column { header: "shared reply ms (× alone)", cell: |s| times(s.stream_shared_ms, s.stream_alone_ms) },
     Column { header: "errors", cell: |s| s.errors.to_string() },
 ];
 
@@ -134,11 +141,18 @@ fn spoken(ttft: Option<Spread>, s: &Summary) -> String {
 
 /// A TTFT and its median over the warm TTFT's median.
 fn times_warm(ttft: Option<Spread>, s: &Summary) -> String {
-    let ratio = match (ttft, s.warm_ttft) {
-        (Some(ttft), Some(warm)) if warm.median > 0.0 => format!(" (×{:.2})", ttft.median / warm.median),
+    times(ttft, s.warm_ttft)
+}
+
+/// A measure and its median over a reference's median.
+fn times(value: Option<Spread>, reference: Option<Spread>) -> String {
+    let ratio = match (value, reference) {
+        (Some(value), Some(reference)) if reference.median > 0.0 => {
+            format!(" (×{:.2})", value.median / reference.median)
+        }
         _ => String::new(),
     };
-    show(ttft) + &ratio
+    show(value) + &ratio
 }
 
 #[cfg(test)]
