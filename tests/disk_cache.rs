@@ -147,6 +147,7 @@ fn a_restarted_engine_serves_the_conversation_from_disk_as_one_that_never_stoppe
     let cache = second.timings.cache;
     eprintln!("turn 1 {:?}; after the restart {:?} {cache:?}", first.usage, second.usage);
     assert_eq!((cache.source, cache.reason), (CacheSource::Disk, Some(CacheMiss::Restored)), "{cache:?}");
+    assert_eq!(cache.restore, None, "restored at start: nothing is read on the turn's way");
     assert!(cache.reused > first.usage.prompt_tokens, "turn 1's prompt and reply come from disk: {cache:?}");
 
     // An engine that never stopped (and has no disk cache).
