@@ -225,7 +225,9 @@ fn the_disk_cache_survives_sigterm_and_sigkill_and_refuses_a_damaged_file_by_nam
     };
     let files = || -> Vec<std::path::PathBuf> {
         let model_dir = std::fs::read_dir(&cache).expect("cache dir").flatten().next().expect("model dir").path();
-        std::fs::read_dir(model_dir).expect("model dir").flatten().map(|e| e.path()).collect()
+        let entries = std::fs::read_dir(model_dir).expect("model dir").flatten().map(|e| e.path());
+        // The instance's lock file (see docs/cache.md) is not a state.
+        entries.filter(|path| path.extension().is_none_or(|e| e != "lock")).collect()
     };
     let temporary = |file: &std::path::PathBuf| file.extension().is_some_and(|e| e == "tmp");
     // The writer is paused in the middle of a file: its temporary file is there.

@@ -3,7 +3,8 @@
 //! another model file, or whose state llama.cpp refuses or does not hold their tokens, are
 //! refused (removed) and the answer is a fresh engine's; files of instances with other
 //! parameters or templates are kept for them; the budget evicts the least recently used file;
-//! a directory other users could write to is not used. A conversation's next turn is appended to
+//! a directory other users could write to is not used; of two instances with the same
+//! settings, the second reads the first's files only. A conversation's next turn is appended to
 //! its file as a delta that costs what the turn added; a last segment cut off or damaged serves
 //! the turn before it, with the answers of an engine that never stopped.
 
@@ -147,6 +148,7 @@ fn a_restarted_engine_serves_the_conversation_from_disk_as_one_that_never_stoppe
     let cache = second.timings.cache;
     eprintln!("turn 1 {:?}; after the restart {:?} {cache:?}", first.usage, second.usage);
     assert_eq!((cache.source, cache.reason), (CacheSource::Disk, Some(CacheMiss::Restored)), "{cache:?}");
+    assert_eq!(cache.restore, None, "restored at start: nothing is read on the turn's way");
     assert!(cache.reused > first.usage.prompt_tokens, "turn 1's prompt and reply come from disk: {cache:?}");
 
     // An engine that never stopped (and has no disk cache).
@@ -526,4 +528,74 @@ fn a_cache_directory_other_users_could_write_to_is_not_used() {
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o700)).expect("chmod");
     let engine = Engine::start(config).expect("model loads");
     assert!(engine.cache_status().disk.is_some());
+}
+
+/// Every cache file under `dir`, with its length.
+fn files_and_lengths(dir: &TempDir) -> Vec<(PathBuf, u64)> {
+    dir.cache_files()
+        .into_iter()
+        .map(|path| (path.clone(), std::fs::metadata(&path).expect("metadata").len()))
+        .collect()
+}
+
+/// Two instances with the same settings on one directory: the first writes it; the second
+/// restores from it and serves, but writes and removes nothing (the first's conversation goes
+/// on in its file, appended, untouched by the second's turns), until the first stops: then the
+/// next state the second saves makes it the writer. A restart of the first while the second
+/// runs finds its conversation and comes back warm.
+#[test]
+fn a_second_instance_with_the_same_settings_only_reads_the_first_s_files() {
+    let dir = TempDir::new("instances");
+    let config = config(smollm2_path(), &dir);
+    let (turn1, turn2) = turns(300);
+    let first = Engine::start(config.clone()).expect("model loads");
+    let one = greedy(&first, chat(&turn1), 8);
+    first.wait_idle_blocking();
+
+    let second = Engine::start(config.clone()).expect("model loads");
+    let status = second.cache_status();
+    assert!(status.live_tokens > one.usage.prompt_tokens, "the second restores the first's file: {status:?}");
+    let why = status.disk.expect("on").read_only.expect("the second reads only");
+    assert!(why.contains("another instance with the same settings"), "{why}");
+    assert_eq!(first.cache_status().disk.expect("on").read_only, None, "the first writes");
+    // The first's conversation goes on (a delta appended to its file); the second answers the
+    // same conversation otherwise (its state continues that file's) and another one.
+    let two = greedy(&first, chat(&turn2(&one.text)), 8);
+    first.wait_idle_blocking();
+    let written = files_and_lengths(&dir);
+    assert_eq!(written.len(), 1, "one conversation, one file: {written:?}");
+    let mut otherwise = turn1.clone();
+    otherwise.extend([ChatMessage::assistant(&one.text), ChatMessage::user("And rivers?")]);
+    let answers = [greedy(&second, chat(&otherwise), 8), greedy(&second, door_code("4711"), 8)];
+    second.wait_idle_blocking();
+    assert!(answers.iter().all(|answer| answer.usage.completion_tokens > 0), "the second serves");
+    assert_eq!(files_and_lengths(&dir), written, "the second instance wrote, cut or removed a file");
+    assert_eq!(second.cache_status().disk.expect("on").bytes_written, 0);
+
+    // The first restarts while the second runs: its conversation comes back warm.
+    drop(first);
+    let restarted = Engine::start(config.clone()).expect("model loads");
+    let status = restarted.cache_status();
+    assert_eq!(status.live_tokens, status.disk.as_ref().expect("on").entries[0].tokens, "{status:?}");
+    let mut turn3 = turn2(&one.text);
+    turn3.extend([ChatMessage::assistant(&two.text), ChatMessage::user("And the moon?")]);
+    let three = greedy(&restarted, chat(&turn3), 8);
+    let cache = three.timings.cache;
+    assert_eq!((cache.source, cache.restore), (CacheSource::Disk, None), "restored at start: {cache:?}");
+    assert!(cache.reused > two.usage.prompt_tokens, "turn 2's prompt and reply come from disk: {cache:?}");
+    restarted.wait_idle_blocking();
+    let file = &written[0].0;
+    let grown = std::fs::metadata(file).expect("the first's file").len();
+    assert!(grown > written[0].1, "turn 3 appended to the first's file");
+    drop(restarted);
+
+    // The first gone, the second's next state makes it the writer: a file of its own.
+    let more = greedy(&second, door_code("4712"), 8);
+    assert!(more.usage.completion_tokens > 0);
+    second.wait_idle_blocking();
+    let disk = second.cache_status().disk.expect("on");
+    assert!(disk.bytes_written > 0 && disk.read_only.is_none(), "the second writes now: {disk:?}");
+    assert_eq!(std::fs::metadata(file).expect("the first's file").len(), grown, "the first's file is untouched");
+    let files = dir.cache_files();
+    assert_eq!(files.len(), 3, "the first's and the second's two conversations: {files:?}");
 }

@@ -358,10 +358,19 @@ fn a_restart_brings_a_conversation_back_from_disk_with_its_picture() {
     drop(engine);
     let turn2 = turn2_again(&red, &first.text);
 
+    // The conversation is live before the first request, the projector's load-time probe
+    // notwithstanding (it runs before the restore): the first turn reads nothing from disk.
     let restarted = Engine::start(config.clone()).expect("loads");
+    let status = restarted.cache_status();
+    let disk = status.disk.clone().expect("the disk cache is on");
+    assert_eq!(disk.entries.len(), 1, "{status:?}");
+    assert!(status.live_tokens > first.usage.prompt_tokens, "{status:?}");
+    assert_eq!(status.live_tokens, disk.entries[0].tokens, "the conversation is live before the first request");
     let second = generate(&restarted, request(Prompt::chat(turn2.clone(), Vec::new()), &[&red], 12));
     let cache = &second.timings.cache;
+    eprintln!("after the restart: {} live tokens; the first turn {:?} {cache:?}", status.live_tokens, second.usage);
     assert_eq!((cache.source, cache.reason), (CacheSource::Disk, Some(CacheMiss::Restored)), "{cache:?}");
+    assert_eq!(cache.restore, None, "the live sequence, restored at start, served the turn: {cache:?}");
     assert!(cache.reused > first.usage.prompt_tokens, "the picture and the reply come from disk: {cache:?}");
     drop(restarted);
 

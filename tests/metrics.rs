@@ -172,7 +172,8 @@ async fn the_disk_bytes_written_are_the_bytes_of_the_conversation_s_file() {
     let file = || {
         let mut files = Vec::new();
         for model in std::fs::read_dir(&dir).expect("cache dir").flatten() {
-            files.extend(std::fs::read_dir(model.path()).expect("model dir").flatten().map(|file| file.path()));
+            let entries = std::fs::read_dir(model.path()).expect("model dir").flatten().map(|file| file.path());
+            files.extend(entries.filter(|path| path.extension().is_some_and(|e| e == "fwkv")));
         }
         assert_eq!(files.len(), 1, "one file for the conversation: {files:?}");
         std::fs::read(&files[0]).expect("read")

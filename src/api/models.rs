@@ -82,6 +82,7 @@ pub(super) async fn cache(State(state): State<Arc<AppState>>) -> Result<Json<Cac
             signature_bytes: disk.signature_bytes,
             entries: entry_views(disk.entries),
             off: disk.off,
+            read_only: disk.read_only,
         }),
     }))
 }

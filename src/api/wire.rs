@@ -254,6 +254,9 @@ pub(super) struct DiskCacheView {
     /// Why the disk cache is off for the rest of the process (its writer thread stopped);
     /// `null` while it works.
     pub off: Option<String>,
+    /// Why this instance reads the directory only (another instance with the same settings
+    /// writes it); `null` while it writes.
+    pub read_only: Option<String>,
 }
 
 /// One stored entry of `GET /cache`.

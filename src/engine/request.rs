@@ -306,6 +306,9 @@ pub struct DiskStatus {
     /// Why the disk cache is off for the rest of the process (its writer thread stopped);
     /// `None` while it works.
     pub off: Option<String>,
+    /// Why this instance reads the directory only (another instance with the same settings
+    /// writes it); `None` while it writes.
+    pub read_only: Option<String>,
 }
 
 /// One stored entry.

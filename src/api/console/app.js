@@ -171,7 +171,8 @@ async function refreshCache() {
     ram.push(
       line(
         `Disk cache: ${bytes(disk.used_bytes)} of ${bytes(disk.budget_bytes)} in ${disk.dir}, ${bytes(disk.bytes_written)} written since start` +
-          (disk.off ? ` — off: ${disk.off}` : ''),
+          (disk.off ? ` — off: ${disk.off}` : '') +
+          (disk.read_only ? ` — read only: ${disk.read_only}` : ''),
       ),
       entriesTable(disk.entries),
     );

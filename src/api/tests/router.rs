@@ -173,6 +173,7 @@ async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
             signature_bytes: 300 << 10,
             entries: vec![CacheEntryStatus { kind: CacheEntryKind::Snapshot, tokens: 1300, bytes: 7 << 20, last_used }],
             off: None,
+            read_only: Some("another instance with the same settings (process 7) writes this directory".into()),
         }),
         ..CacheStatus::default()
     };
@@ -185,7 +186,8 @@ async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
             "disk": {"dir": "/cache/model-1", "budget_bytes": 4u64 << 30, "used_bytes": 7u64 << 20,
                 "bytes_written": 9u64 << 20, "signature_bytes": 300u64 << 10,
                 "entries": [{"kind": "snapshot", "tokens": 1300, "bytes": 7u64 << 20, "last_used": 1_700_000_000.0}],
-                "off": null}})
+                "off": null,
+                "read_only": "another instance with the same settings (process 7) writes this directory"}})
     );
     let loading = Arc::new(FakeEngine::without_model(EngineError::Loading));
     let (status, _) = call(&loading, Method::GET, "/cache", Body::empty()).await;

@@ -9,7 +9,8 @@
 //! shares the directory: it is skipped, kept, and counted in the budget. The files the engine
 //! does not use are listed once at start and again when room is made, never on a status call.
 //! A directory another user could write to is refused (see [`dir::private_dir`]); a writer
-//! thread that stopped turns the disk cache off for the rest of the process.
+//! thread that stopped turns the disk cache off for the rest of the process. Of instances with
+//! the same settings on one directory, one writes and the others read only (see [`lock`]).
 //!
 //! A conversation keeps one file: its next turn (a state whose tokens continue an entry's)
 //! goes to the same file, as a delta appended to it (see [`file`] for the layout and
@@ -21,6 +22,7 @@ mod dir;
 mod entry;
 mod file;
 mod identity;
+mod lock;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +35,7 @@ use llama_cpp_2::token::LlamaToken;
 use self::dir::private_dir;
 use self::entry::{DiskEntry, ForeignFile};
 use self::file::{read_index, read_state, temporary_writer, Header, Refusal, EXTENSION};
+use self::lock::Access;
 use self::writer::{Job, ReadFile, Slot, WriteJob, Writer, CONTINUED, FAILED, PENDING, SUPERSEDED};
 use super::decoder::SavedState;
 use super::policy::StoredView;
@@ -61,14 +64,17 @@ pub(crate) struct DiskCache {
     /// Files of the cache directory this engine does not use, as last listed.
     others: Vec<ForeignFile>,
     writer: Writer,
+    /// Whether this instance writes the files of its settings, or another one does.
+    access: Access,
     /// Set once the writer thread is found stopped: the disk cache is then off for the rest
     /// of the process, with this reason.
     off: OnceLock<String>,
 }
 
 impl DiskCache {
-    /// Opens (creating it) `root`'s directory for the model at `model_path`, indexes the files
-    /// in it and refuses (removes) the unusable ones.
+    /// Opens (creating it) `root`'s directory for the model at `model_path`, takes the lock of
+    /// its settings' files (or reads them only, see [`lock`]), indexes the files in it and
+    /// refuses (removes, when it writes) the unusable ones.
     ///
     /// # Errors
     /// The directory cannot be created or listed, another user could write to it (see
@@ -83,6 +89,7 @@ impl DiskCache {
         let dir = root.join(model_directory(model_path));
         private_dir(root)?;
         private_dir(&dir)?;
+        let access = Access::take(&dir.join(format!("{}.lock", fingerprint.short_hash())));
         let mut cache = Self {
             root: root.to_path_buf(),
             dir,
@@ -92,6 +99,7 @@ impl DiskCache {
             entries: Vec::new(),
             others: Vec::new(),
             writer: Writer::start()?,
+            access,
             off: OnceLock::new(),
         };
         cache.index()?;
@@ -105,7 +113,7 @@ impl DiskCache {
             let path = item?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             if name.ends_with(".tmp") {
-                if abandoned(&path) {
+                if self.writes() && abandoned(&path) {
                     tracing::info!("disk cache: removing {}, left by an interrupted write", path.display());
                     let _ = std::fs::remove_file(&path);
                 }
@@ -136,18 +144,24 @@ impl DiskCache {
                     path.display()
                 );
             }
-            Err(refusal) => refuse(&path, &refusal),
+            Err(refusal) => refuse(&path, &refusal, self.writes()),
         }
+    }
+
+    /// Whether this instance writes and removes files (see [`lock`]).
+    fn writes(&self) -> bool {
+        self.access.read_only().is_none()
     }
 
     /// The cache directory and what it holds, for the start-up log.
     pub(crate) fn describe(&self) -> String {
         format!(
-            "disk cache {}: {} entries for this model, {} MiB of {} MiB in use",
+            "disk cache {}: {} entries for this model, {} MiB of {} MiB in use{}",
             self.root.display(),
             self.entries.len(),
             self.used_bytes() >> 20,
-            self.budget >> 20
+            self.budget >> 20,
+            if self.writes() { "" } else { " (read only)" }
         )
     }
 
@@ -217,10 +231,11 @@ impl DiskCache {
     }
 
     /// Refuses the entry at `index`, whose state llama.cpp would not take or that did not hold
-    /// its header's tokens: a warning naming the file and `reason`, the file removed.
+    /// its header's tokens: a warning naming the file and `reason`, the file removed (kept
+    /// for the instance that writes it, when this one reads only).
     pub(crate) fn refuse(&mut self, index: usize, reason: String) {
         let entry = self.entries.swap_remove(index);
-        refuse(&entry.path, &Refusal::Rejected(reason));
+        refuse(&entry.path, &Refusal::Rejected(reason), self.writes());
         self.writer.push(Job::Forget(entry.path));
     }
 
@@ -250,7 +265,7 @@ impl DiskCache {
         let (tokens, read) = match read {
             Ok(read) => read,
             Err(refusal) => {
-                refuse(&entry.path, &refusal);
+                refuse(&entry.path, &refusal, self.writes());
                 let entry = self.entries.swap_remove(index);
                 self.writer.push(Job::Forget(entry.path));
                 return None;
@@ -270,9 +285,11 @@ impl DiskCache {
         let has_drafter = !drafter.is_empty();
         let state = SavedState::from_verified(target, has_drafter.then_some((drafter, drafter_tokens)));
         let now = SystemTime::now();
+        let writes = self.writes();
         let entry = &mut self.entries[index];
-        let touched = std::fs::File::options().write(true).open(&entry.path).and_then(|f| f.set_modified(now));
-        if let Err(e) = touched {
+        // A reader leaves the files as they are, their times included.
+        let touched = || std::fs::File::options().write(true).open(&entry.path).and_then(|f| f.set_modified(now));
+        if let Err(e) = if writes { touched() } else { Ok(()) } {
             tracing::debug!("disk cache: cannot update {}'s time: {e}", entry.path.display());
         }
         entry.used_at = now;
@@ -289,7 +306,7 @@ impl DiskCache {
             entry.state_bytes = state.byte_len() as u64;
             entry.slot.deltas.store(read.deltas as u32, Ordering::Relaxed);
             self.writer.push(Job::Forget(entry.path.clone()));
-        } else {
+        } else if writes {
             let read_file = ReadFile {
                 path: entry.path.clone(),
                 tokens: tokens.iter().map(|t| t.0).collect(),
@@ -316,9 +333,19 @@ impl DiskCache {
     /// continues an entry (the conversation's next turn) goes to that entry's file, the
     /// longest one's if several: the writer appends it as a delta there, or writes a new base
     /// in its place; until then, the file may grow to the larger of its size and the state's.
+    /// An instance that reads only writes nothing, unless the one that wrote has stopped: it
+    /// then becomes the writer (see [`Self::take_over`]).
     pub(crate) fn save(&mut self, tokens: &[LlamaToken], state: &SavedState, kind: CacheEntryKind) {
         if self.is_off() {
             return;
+        }
+        let was_reading = !self.writes();
+        if !self.access.may_write() {
+            tracing::debug!("disk cache: not written: another instance writes this directory");
+            return;
+        }
+        if was_reading {
+            self.take_over();
         }
         let bytes = state.byte_len() as u64;
         if bytes > self.budget {
@@ -362,6 +389,18 @@ impl DiskCache {
         });
         self.make_room();
         self.writer.push(Job::Write(Box::new(WriteJob { path, header, state: state.clone(), slot, replaces })));
+    }
+
+    /// Indexes the directory again, as the writer now: the instance that wrote it may have
+    /// written more, or other files, since this one indexed it.
+    fn take_over(&mut self) {
+        for entry in std::mem::take(&mut self.entries) {
+            self.writer.push(Job::Forget(entry.path));
+        }
+        if let Err(e) = self.index() {
+            tracing::warn!("disk cache: cannot list {}: {e}", self.dir.display());
+        }
+        self.others = self.list_others();
     }
 
     /// Drops the entries that were superseded or whose write failed; a failed write's file
@@ -467,6 +506,7 @@ impl DiskCache {
                 signature_bytes: counters.signature_bytes(),
                 entries: Vec::new(),
                 off: self.off.get().cloned(),
+                read_only: self.access.read_only().map(str::to_string),
             };
         }
         let mut entries: Vec<CacheEntryStatus> = self
@@ -489,6 +529,7 @@ impl DiskCache {
             signature_bytes: counters.signature_bytes(),
             entries,
             off: None,
+            read_only: self.access.read_only().map(str::to_string),
         }
     }
 }
@@ -509,8 +550,13 @@ fn supersede(entry: &mut DiskEntry, same_file: bool) -> Vec<PathBuf> {
     Vec::new()
 }
 
-/// Warns about an unusable file and removes it.
-fn refuse(path: &Path, refusal: &Refusal) {
+/// Warns about an unusable file and removes it (`removes`: this instance writes; a reader
+/// leaves it to the instance that does).
+fn refuse(path: &Path, refusal: &Refusal, removes: bool) {
+    if !removes {
+        tracing::warn!("disk cache: not using {}: {refusal}; left to the instance that writes it", path.display());
+        return;
+    }
     tracing::warn!("disk cache: refusing {}: {refusal}; the file is removed", path.display());
     if let Err(e) = std::fs::remove_file(path) {
         tracing::warn!("disk cache: cannot remove {}: {e}", path.display());

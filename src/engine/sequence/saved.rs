@@ -40,12 +40,18 @@ impl<'m> LiveSequence<'m> {
         self.origin = CacheSource::Live;
     }
 
-    /// Keeps states on disk too, and makes the most recently used one the live sequence now,
-    /// so the first request after a restart is warm. A file that cannot be used is refused
-    /// (named in a warning, removed) and the next most recent one tried.
+    /// Keeps states on disk too ([`Self::restore_last_conversation`] brings the most recent
+    /// one back).
     pub(crate) fn keep_on_disk(&mut self, disk: DiskCache) {
         tracing::info!("{}", disk.describe());
         self.disk = Some(disk);
+    }
+
+    /// Makes the disk cache's most recently used state the live sequence, so the first
+    /// request after a restart is warm: called once at start, after anything that evaluates
+    /// on the context (the projector's probe), which would clear it. A file that cannot be
+    /// used is refused (named in a warning, removed) and the next most recent one tried.
+    pub(crate) fn restore_last_conversation(&mut self) {
         loop {
             let Some(disk) = self.disk.as_mut() else { return };
             let Some(index) = disk.most_recent() else { return };

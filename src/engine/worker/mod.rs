@@ -315,7 +315,9 @@ impl<'m> Session<'m> {
             projector,
         };
         let mut session = session;
+        // The probe evaluates on the context (clearing it): before the conversation comes back.
         session.probe_projector();
+        session.sequence.restore_last_conversation();
         let info =
             ModelInfo { media: session.projector.as_ref().map(|p| p.support().clone()).unwrap_or_default(), ..info };
         session.publish_cache_status();
