@@ -15,7 +15,8 @@ use common::media::{
     AUDIO_TOKENS, VISION_TOKENS,
 };
 use common::{generate, post, post_json, smollm2_path, spawn_server, test_config, Generated};
-use firstword::engine::media::{MediaInput, MediaKind};
+use firstword::bench::bmp;
+use firstword::engine::media::{MediaInput, MediaKind, MAX_MEDIA_PARTS};
 use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams};
 use serde_json::{json, Value};
 
@@ -216,6 +217,42 @@ fn the_responses_api_takes_pictures_and_keeps_them_along_a_chain() {
         assert_eq!(status, 200, "the stored turn's picture goes with the chain: {answer}");
         let cached = answer["usage"]["input_tokens_details"]["cached_tokens"].as_u64().expect("cached tokens");
         assert!(cached >= prompt_tokens - 1, "the picture's tokens are reused: {cached} of {prompt_tokens}");
+    });
+}
+
+#[test]
+fn a_responses_chain_past_the_media_limit_gets_a_400_and_the_chain_goes_on() {
+    let server = spawn_server(Engine::start(config_with(vision_projector())).expect("loads"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let picture = |shade: u8| {
+            let url = format!("data:image/bmp;base64,{}", common::media::base64(&bmp(16, 16, |_, _| [shade, 40, 90])));
+            json!({"type": "input_image", "image_url": url})
+        };
+        let turn = |previous: Option<&Value>, shades: &[u8]| {
+            let mut content: Vec<Value> = shades.iter().map(|&shade| picture(shade)).collect();
+            content.push(json!({"type": "input_text", "text": "Which is brightest?"}));
+            let mut body =
+                json!({"input": [{"role": "user", "content": content}], "max_output_tokens": 2, "temperature": 0});
+            if let Some(id) = previous {
+                body["previous_response_id"] = id.clone();
+            }
+            body
+        };
+        let shades: Vec<u8> = (0..MAX_MEDIA_PARTS as u8).map(|i| i * 15).collect();
+        let (status, first) = post_json(&server.base, "/v1/responses", &turn(None, &shades[..10])).await;
+        assert_eq!(status, 200, "{first}");
+        let (status, second) = post_json(&server.base, "/v1/responses", &turn(Some(&first["id"]), &shades[10..])).await;
+        assert_eq!(status, 200, "16 distinct pictures along the chain: {second}");
+        let (status, refused) = post_json(&server.base, "/v1/responses", &turn(Some(&second["id"]), &[250])).await;
+        assert_eq!(status, 400, "a 17th picture along the chain: {refused}");
+        assert_eq!(refused["error"]["param"], "input", "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("17 (16 stored, 1 new)"), "{message}");
+        let (status, again) = post_json(&server.base, "/v1/responses", &turn(Some(&second["id"]), &[0])).await;
+        assert_eq!(status, 200, "a picture the chain holds already adds nothing: {again}");
+        let (status, text) = post_json(&server.base, "/v1/responses", &turn(Some(&second["id"]), &[])).await;
+        assert_eq!(status, 200, "the chain goes on without new media: {text}");
     });
 }
 
