@@ -256,6 +256,34 @@ fn a_responses_chain_past_the_media_limit_gets_a_400_and_the_chain_goes_on() {
     });
 }
 
+#[test]
+fn prepared_media_count_in_the_ram_budget_and_are_evicted_by_bytes() {
+    // 4 MiB of --cache-ram: a quarter (1 MiB) for the media, which a fixture picture's segment
+    // (16 embeddings) fills more than half of; the state store gets the other 3 MiB.
+    let config = EngineConfig { cache_ram_mib: 4, ..config_with(vision_projector()) };
+    let server = spawn_server(Engine::start(config).expect("loads"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        for shade in [30u8, 130, 230] {
+            let picture = bmp(16, 16, |_, _| [shade, 90, 40]);
+            let body = json!({"messages": [{"role": "user", "content": [image_part(&picture), {"type": "text", "text": "What is this?"}]}], "max_tokens": 2, "temperature": 0});
+            let (status, answer) = post(&server.base, &body).await;
+            assert_eq!(status, 200, "{answer}");
+        }
+        let cache: Value = reqwest::get(format!("{}/cache", server.base)).await.expect("cache").json().await.expect("JSON");
+        let media = &cache["media"];
+        assert_eq!(media["budget_bytes"], 1 << 20, "{cache}");
+        assert_eq!(cache["budget_bytes"], 3 << 20, "the store has the rest: {cache}");
+        let used = media["used_bytes"].as_u64().expect("media bytes");
+        assert!(used > 1 << 19 && used <= 1 << 20, "one picture's segment, within the share: {cache}");
+        assert_eq!(media["entries"], 1, "the older pictures were evicted by bytes: {cache}");
+        let store_used = cache["used_bytes"].as_u64().expect("store bytes");
+        assert!(store_used + used <= 4 << 20, "both within --cache-ram: {cache}");
+        let metrics = reqwest::get(format!("{}/metrics", server.base)).await.expect("metrics").text().await.expect("text");
+        assert!(metrics.contains(&format!("cache_bytes{{store=\"media\"}} {used}")), "{metrics}");
+    });
+}
+
 /// A form field: its name, its file name (for files), its bytes.
 type FormField<'a> = (&'a str, Option<&'a str>, &'a [u8]);
 

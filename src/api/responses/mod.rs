@@ -302,7 +302,7 @@ pub(super) async fn create_response(
     let store = Arc::clone(&state.responses);
     let into_job = move |bytes: &[u8]| ResponseJob::new(bytes, &model, &store);
     let Prepared { value: (job, rendered), permit } =
-        prepare_job(&state, request, into_job, |job: &ResponseJob| &job.request.prompt).await?;
+        prepare_job(&state, request, into_job, |job: &ResponseJob| &job.request).await?;
     let (events, in_reasoning) = start(&state, job.request, rendered, permit).await?;
     let mut framer = ResponseFramer::new(job.answering, AnswerShaper::new(job.output, in_reasoning));
     if job.stream {
