@@ -137,6 +137,54 @@ fn a_decode_failure_fails_the_request_clears_the_cache_and_the_next_is_served() 
 }
 
 #[test]
+fn a_request_whose_pictures_are_decoding_holds_up_no_other_request() {
+    let scenario = FailScenario::setup();
+    let config =
+        firstword::EngineConfig { mmproj: Some(common::media::vision_projector()), ..test_config(smollm2_path()) };
+    let server = spawn_server(Engine::start(config).expect("loads"));
+    // The decoding of the pictures stops at the failpoint until the test lets it go on.
+    let (reached, decoding) = std::sync::mpsc::channel::<()>();
+    let (release, go_on) = std::sync::mpsc::channel::<()>();
+    let (reached, go_on) = (std::sync::Mutex::new(reached), std::sync::Mutex::new(go_on));
+    fail::cfg_callback("media::decode", move || {
+        let _ = reached.lock().expect("lock").send(());
+        let _ = go_on.lock().expect("lock").recv_timeout(Duration::from_secs(300));
+    })
+    .expect("failpoint");
+    runtime().block_on(async {
+        let base = server.base.clone();
+        let pictures: Vec<Value> = [common::media::red(), common::media::checkerboard()]
+            .iter()
+            .map(|picture| common::media::image_part(picture))
+            .chain([json!({"type": "text", "text": "Which is red?"})])
+            .collect();
+        let media = tokio::spawn(async move {
+            post(
+                &base,
+                &json!({"messages": [{"role": "user", "content": pictures}], "max_tokens": 4, "temperature": 0}),
+            )
+            .await
+        });
+        tokio::task::spawn_blocking(move || decoding.recv_timeout(Duration::from_secs(120)))
+            .await
+            .expect("join")
+            .expect("the pictures started decoding");
+        // Another connection, while the first picture is decoding.
+        let text =
+            tokio::time::timeout(Duration::from_secs(120), post(&server.base, &request("Which facts mention trains?")))
+                .await;
+        let _ = release.send(());
+        let _ = release.send(());
+        let (status, body) = text.expect("the text request is answered while the pictures decode");
+        assert_eq!(status, 200, "{body}");
+        let (status, body) = media.await.expect("join");
+        assert_eq!(status, 200, "the pictures' request is answered once they are decoded: {body}");
+    });
+    fail::remove("media::decode");
+    scenario.teardown();
+}
+
+#[test]
 fn a_panic_in_a_request_handler_answers_500_and_the_server_goes_on() {
     let scenario = FailScenario::setup();
     let server = server();

@@ -15,7 +15,8 @@ use common::media::{
     AUDIO_TOKENS, VISION_TOKENS,
 };
 use common::{generate, post, post_json, smollm2_path, spawn_server, test_config, Generated};
-use firstword::engine::media::{MediaInput, MediaKind};
+use firstword::bench::bmp;
+use firstword::engine::media::{MediaInput, MediaKind, MAX_MEDIA_PARTS};
 use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams};
 use serde_json::{json, Value};
 
@@ -216,6 +217,70 @@ fn the_responses_api_takes_pictures_and_keeps_them_along_a_chain() {
         assert_eq!(status, 200, "the stored turn's picture goes with the chain: {answer}");
         let cached = answer["usage"]["input_tokens_details"]["cached_tokens"].as_u64().expect("cached tokens");
         assert!(cached >= prompt_tokens - 1, "the picture's tokens are reused: {cached} of {prompt_tokens}");
+    });
+}
+
+#[test]
+fn a_responses_chain_past_the_media_limit_gets_a_400_and_the_chain_goes_on() {
+    let server = spawn_server(Engine::start(config_with(vision_projector())).expect("loads"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let picture = |shade: u8| {
+            let url = format!("data:image/bmp;base64,{}", common::media::base64(&bmp(16, 16, |_, _| [shade, 40, 90])));
+            json!({"type": "input_image", "image_url": url})
+        };
+        let turn = |previous: Option<&Value>, shades: &[u8]| {
+            let mut content: Vec<Value> = shades.iter().map(|&shade| picture(shade)).collect();
+            content.push(json!({"type": "input_text", "text": "Which is brightest?"}));
+            let mut body =
+                json!({"input": [{"role": "user", "content": content}], "max_output_tokens": 2, "temperature": 0});
+            if let Some(id) = previous {
+                body["previous_response_id"] = id.clone();
+            }
+            body
+        };
+        let shades: Vec<u8> = (0..MAX_MEDIA_PARTS as u8).map(|i| i * 15).collect();
+        let (status, first) = post_json(&server.base, "/v1/responses", &turn(None, &shades[..10])).await;
+        assert_eq!(status, 200, "{first}");
+        let (status, second) = post_json(&server.base, "/v1/responses", &turn(Some(&first["id"]), &shades[10..])).await;
+        assert_eq!(status, 200, "16 distinct pictures along the chain: {second}");
+        let (status, refused) = post_json(&server.base, "/v1/responses", &turn(Some(&second["id"]), &[250])).await;
+        assert_eq!(status, 400, "a 17th picture along the chain: {refused}");
+        assert_eq!(refused["error"]["param"], "input", "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("17 (16 stored, 1 new)"), "{message}");
+        let (status, again) = post_json(&server.base, "/v1/responses", &turn(Some(&second["id"]), &[0])).await;
+        assert_eq!(status, 200, "a picture the chain holds already adds nothing: {again}");
+        let (status, text) = post_json(&server.base, "/v1/responses", &turn(Some(&second["id"]), &[])).await;
+        assert_eq!(status, 200, "the chain goes on without new media: {text}");
+    });
+}
+
+#[test]
+fn prepared_media_count_in_the_ram_budget_and_are_evicted_by_bytes() {
+    // 4 MiB of --cache-ram: a quarter (1 MiB) for the media, which a fixture picture's segment
+    // (16 embeddings) fills more than half of; the state store gets the other 3 MiB.
+    let config = EngineConfig { cache_ram_mib: 4, ..config_with(vision_projector()) };
+    let server = spawn_server(Engine::start(config).expect("loads"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        for shade in [30u8, 130, 230] {
+            let picture = bmp(16, 16, |_, _| [shade, 90, 40]);
+            let body = json!({"messages": [{"role": "user", "content": [image_part(&picture), {"type": "text", "text": "What is this?"}]}], "max_tokens": 2, "temperature": 0});
+            let (status, answer) = post(&server.base, &body).await;
+            assert_eq!(status, 200, "{answer}");
+        }
+        let cache: Value = reqwest::get(format!("{}/cache", server.base)).await.expect("cache").json().await.expect("JSON");
+        let media = &cache["media"];
+        assert_eq!(media["budget_bytes"], 1 << 20, "{cache}");
+        assert_eq!(cache["budget_bytes"], 3 << 20, "the store has the rest: {cache}");
+        let used = media["used_bytes"].as_u64().expect("media bytes");
+        assert!(used > 1 << 19 && used <= 1 << 20, "one picture's segment, within the share: {cache}");
+        assert_eq!(media["entries"], 1, "the older pictures were evicted by bytes: {cache}");
+        let store_used = cache["used_bytes"].as_u64().expect("store bytes");
+        assert!(store_used + used <= 4 << 20, "both within --cache-ram: {cache}");
+        let metrics = reqwest::get(format!("{}/metrics", server.base)).await.expect("metrics").text().await.expect("text");
+        assert!(metrics.contains(&format!("cache_bytes{{store=\"media\"}} {used}")), "{metrics}");
     });
 }
 

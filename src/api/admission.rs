@@ -3,7 +3,9 @@
 //! conversion thread, off the async runtime; the permit stays with the request until it is
 //! queued or answered (or, for a conversion that timed out, until that thread ends). So at
 //! most [`super::CONCURRENT_BODIES`] bodies are held, read, parsed or converted at once,
-//! and CPU work that grows with a body never stalls other connections or `/health`.
+//! and CPU work that grows with a body never stalls other connections or `/health`. A job's
+//! images and audio are then decoded on a thread of their own under a media permit, so their
+//! decoding stalls neither other conversions nor the inference thread.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,12 +16,12 @@ use axum::extract::Request;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::ApiError;
 use super::extract::read_body;
 use super::AppState;
-use crate::engine::{Prompt, RenderedPrompt, LARGE_STACK_BYTES};
+use crate::engine::{GenerationRequest, RenderedPrompt, LARGE_STACK_BYTES};
 
 /// How long a request waits for a body permit before it is refused with 503.
 const BODY_PERMIT_WAIT: Duration = Duration::from_millis(500);
@@ -28,6 +30,11 @@ const BODY_PERMIT_WAIT: Duration = Duration::from_millis(500);
 /// keep real ones far below it); past it the request is refused, though its conversion runs
 /// to its end (holding its permits).
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest a request's media may wait for a media permit, and then take to decode and
+/// tokenize (16 parts at the most pixels take seconds on one core); past it the request is
+/// refused.
+const MEDIA_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A request's body, read under its body permit.
 pub(crate) struct Admitted {
@@ -74,53 +81,83 @@ pub(crate) async fn prepare<T: Send + 'static>(
     admitted: Admitted,
     convert: impl FnOnce(&[u8]) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<Prepared<T>, ApiError> {
+    let Admitted { bytes, permit } = admitted;
+    let work = move || {
+        let converted = convert(&bytes);
+        drop(bytes);
+        // Unanswered (timed out): the permit and what was made go with the thread.
+        converted.map(|value| Prepared { value, permit })
+    };
+    let late = ApiError::PrepareTimeout(PREPARE_TIMEOUT);
+    on_own_thread(&state.conversions, PREPARE_TIMEOUT, work, late).await
+}
+
+/// Runs `work` on a thread of its own (see [`prepare`]) under one of `permits`: refused with
+/// 503 when none comes within `limit`, with `late` when `work` runs past `limit` (its thread
+/// then runs to its end, holding its permit).
+async fn on_own_thread<T: Send + 'static>(
+    permits: &Arc<Semaphore>,
+    limit: Duration,
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+    late: ApiError,
+) -> Result<T, ApiError> {
     let busy = || ApiError::Busy("prepared");
-    let conversion = tokio::time::timeout(PREPARE_TIMEOUT, Arc::clone(&state.conversions).acquire_owned())
+    let conversion = tokio::time::timeout(limit, Arc::clone(permits).acquire_owned())
         .await
         .map_err(|_| busy())?
         .map_err(|_| busy())?;
     let (answer, result) = tokio::sync::oneshot::channel();
-    let Admitted { bytes, permit } = admitted;
     std::thread::Builder::new()
         .name("firstword-prepare".into())
         .stack_size(LARGE_STACK_BYTES)
         .spawn(move || {
-            let converted = convert(&bytes);
-            drop(bytes);
+            let done = work();
             drop(conversion);
-            // Unanswered (timed out): the permit and what was made go here.
-            let _ = answer.send(converted.map(|value| Prepared { value, permit }));
+            let _ = answer.send(done);
         })
         .map_err(|e| ApiError::Internal(format!("cannot start a thread: {e}")))?;
-    match tokio::time::timeout(PREPARE_TIMEOUT, result).await {
-        Ok(Ok(prepared)) => prepared,
+    match tokio::time::timeout(limit, result).await {
+        Ok(Ok(done)) => done,
         Ok(Err(_)) => Err(ApiError::Internal("preparing the request failed unexpectedly".into())),
-        Err(_) => Err(ApiError::PrepareTimeout(PREPARE_TIMEOUT)),
+        Err(_) => Err(late),
     }
 }
 
 /// The admission path of a request that queues an engine job: refused before its body is
 /// read when the engine could not take it, then, on a conversion thread, the body becomes a
-/// job (`into_job`) and the job's prompt (`prompt_of`) is rendered and tokenized. Each stage is
-/// timed from the request's arrival, for its `timings.request`.
+/// job (`into_job`) and the job's request (`request_of`) has its prompt rendered and
+/// tokenized; then, on a thread of its own under a media permit ([`super::CONCURRENT_MEDIA`])
+/// and within [`MEDIA_TIMEOUT`], its media are decoded and tokenized, so the inference thread
+/// only evaluates them. Each stage up to rendering is timed from the request's arrival, for
+/// its `timings.request` (the media's decoding counts in the time before it is queued).
 pub(crate) async fn prepare_job<J: Send + 'static>(
     state: &AppState,
     request: Request,
     into_job: impl FnOnce(&[u8]) -> Result<J, ApiError> + Send + 'static,
-    prompt_of: fn(&J) -> &Prompt,
+    request_of: fn(&J) -> &GenerationRequest,
 ) -> Result<Prepared<(J, RenderedPrompt)>, ApiError> {
     let arrived = Instant::now();
     let admitted = admit_for_engine(state, request).await?;
     let read = arrived.elapsed();
     let engine = Arc::clone(&state.engine);
-    prepare(state, admitted, move |bytes| {
+    let prepared = prepare(state, admitted, move |bytes| {
         let parsing = Instant::now();
         let job = into_job(bytes)?;
         let parse = parsing.elapsed();
-        let rendered = engine.render(prompt_of(&job))?.timed(arrived, read, parse);
+        let rendered = engine.render(&request_of(&job).prompt)?.timed(arrived, read, parse);
         Ok((job, rendered))
     })
-    .await
+    .await?;
+    if request_of(&prepared.value.0).media.is_empty() {
+        return Ok(prepared);
+    }
+    let engine = Arc::clone(&state.engine);
+    let work = move || {
+        let Prepared { value: (job, rendered), permit } = prepared;
+        let media = engine.prepare_media(&request_of(&job).media)?;
+        Ok(Prepared { value: (job, rendered.with_media(media)), permit })
+    };
+    on_own_thread(&state.media, MEDIA_TIMEOUT, work, ApiError::MediaTimeout(MEDIA_TIMEOUT)).await
 }
 
 /// A JSON answer serialized on a conversion thread, sent in chunks; the body permit goes

@@ -5,9 +5,10 @@ use futures_util::future::BoxFuture;
 
 use crate::chat::tools::ToolDefinition;
 use crate::chat::{ChatMessage, TemplateKwargs};
+use crate::engine::media::MediaInput;
 use crate::engine::{
-    CacheStatus, EngineError, EngineLoad, Event, Generation, GenerationRequest, ModelInfo, PrefillReport, Prompt,
-    RenderedPrompt, ThreadsInUse,
+    CacheStatus, EngineError, EngineLoad, Event, Generation, GenerationRequest, ModelInfo, PrefillReport,
+    PreparedMedia, Prompt, RenderedPrompt, ThreadsInUse,
 };
 use crate::Engine;
 
@@ -31,6 +32,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// # Errors
     /// Not loaded, or the chat template rejected the messages.
     fn render(&self, prompt: &Prompt) -> Result<RenderedPrompt, EngineError>;
+
+    /// Decodes and tokenizes a request's media, for [`RenderedPrompt::with_media`]: CPU work
+    /// that grows with the pictures and clips, done on a conversion thread so the inference
+    /// thread only evaluates them.
+    ///
+    /// # Errors
+    /// Not loaded, or a part that cannot be decoded (naming it).
+    fn prepare_media(&self, media: &[MediaInput]) -> Result<PreparedMedia, EngineError>;
 
     /// Queues a request whose prompt [`Backend::render`] rendered; its events arrive on the
     /// returned source.
@@ -107,6 +116,10 @@ impl Backend for Engine {
 
     fn render(&self, prompt: &Prompt) -> Result<RenderedPrompt, EngineError> {
         Engine::render(self, prompt)
+    }
+
+    fn prepare_media(&self, media: &[MediaInput]) -> Result<PreparedMedia, EngineError> {
+        Engine::prepare_media(self, media)
     }
 
     fn submit(

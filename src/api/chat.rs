@@ -48,13 +48,8 @@ pub(super) async fn read_chat_job(
     request: Request,
 ) -> Result<Prepared<(ChatJob, RenderedPrompt)>, ApiError> {
     let model = state.engine.model_info()?;
-    prepare_job(
-        state,
-        request,
-        move |bytes| ChatBody::parse(bytes)?.into_job(&model),
-        |job: &ChatJob| &job.request.prompt,
-    )
-    .await
+    prepare_job(state, request, move |bytes| ChatBody::parse(bytes)?.into_job(&model), |job: &ChatJob| &job.request)
+        .await
 }
 
 /// Submits `request` (its prompt `rendered`) and waits until the engine accepts it:

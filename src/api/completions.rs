@@ -147,7 +147,7 @@ pub(super) async fn completions(State(state): State<Arc<AppState>>, request: Req
     let record = RequestRecord::of(&request);
     let model = state.engine.model_info()?;
     let Prepared { value: (job, rendered), permit } =
-        prepare_job(&state, request, move |bytes| into_job(bytes, &model), |job| &job.request.prompt).await?;
+        prepare_job(&state, request, move |bytes| into_job(bytes, &model), |job| &job.request).await?;
     let logprobs = job.request.logprobs.is_some().then(TextLogprobs::default);
     let (events, _) = start(&state, job.request, rendered, permit).await?;
     let meta = ResponseMeta { id: format!("cmpl-{}", random_id()), model: job.model, created: unix_now() };

@@ -82,6 +82,9 @@ pub enum ApiError {
     /// Turning the request into an engine job took longer than this.
     #[error("preparing this request took longer than {} s; simplify its tool or response_format schemas", .0.as_secs())]
     PrepareTimeout(Duration),
+    /// Decoding the request's media took longer than this.
+    #[error("decoding this request's images and audio took longer than {} s; send fewer or smaller ones", .0.as_secs())]
+    MediaTimeout(Duration),
     /// The engine refused or failed the request.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -168,6 +171,7 @@ impl ApiError {
             Self::BodyUnreadable(_) => (StatusCode::BAD_REQUEST, None),
             Self::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, Some("queue_full")),
             Self::PrepareTimeout(_) => (StatusCode::BAD_REQUEST, Some("schema_too_complex")),
+            Self::MediaTimeout(_) => (StatusCode::BAD_REQUEST, Some("media_too_large")),
             Self::Engine(error) => engine_status_and_code(error),
             Self::EngineStopped | Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, Some("internal_error")),
             // The request was valid; the model's output was not.

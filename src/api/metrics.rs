@@ -152,7 +152,7 @@ impl Metrics {
         registry.register("draft_tokens_accepted", "Drafted tokens the model accepted", metrics.accepted.clone());
         registry.register("queue_depth", "Generation requests waiting for the engine", metrics.queued.clone());
         registry.register("engine_busy", "1 while the engine serves a request", metrics.busy.clone());
-        registry.register("cache_entries", "Stored states, by store (ram, disk)", metrics.cache_entries.clone());
+        registry.register("cache_entries", "Stored states, by store (ram, disk, media)", metrics.cache_entries.clone());
         registry.register("cache_bytes", "Bytes of stored states, by store", metrics.cache_bytes.clone());
         registry.register("cache_budget_bytes", "Budget of each store", metrics.cache_budget_bytes.clone());
         registry.register(
@@ -265,6 +265,12 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Result<Respon
         metrics.cache_budget_bytes.get_or_create(&store).set(disk.budget_bytes as i64);
         // The writer's own count, taken as it stands (never counted twice by two scrapes).
         metrics.disk_bytes_written.inner().fetch_max(disk.bytes_written, std::sync::atomic::Ordering::Relaxed);
+    }
+    if let Some(media) = &cache.media {
+        let store = StoreLabels { store: "media".into() };
+        metrics.cache_entries.get_or_create(&store).set(i64::from(media.entries));
+        metrics.cache_bytes.get_or_create(&store).set(media.used_bytes as i64);
+        metrics.cache_budget_bytes.get_or_create(&store).set(media.budget_bytes as i64);
     }
     let parking = cache.parking;
     for (outcome, count) in [("parked", parking.parked), ("adopted", parking.adopted), ("discarded", parking.discarded)]

@@ -57,6 +57,11 @@ const CONCURRENT_BODIES: usize = 8;
 /// Requests turned into engine jobs at the same time (schema conversion is CPU-bound).
 const CONCURRENT_CONVERSIONS: usize = 2;
 
+/// Requests whose media are decoded and tokenized at the same time, on threads of their own:
+/// beside the conversions, so pictures that take seconds to decode never hold up another
+/// request's conversion.
+const CONCURRENT_MEDIA: usize = 1;
+
 /// Connection timeouts, limits and access of [`serve_with`].
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -116,6 +121,8 @@ struct AppState {
     bodies: Arc<Semaphore>,
     /// Permits to convert a request on a conversion thread ([`CONCURRENT_CONVERSIONS`]).
     conversions: Arc<Semaphore>,
+    /// Permits to decode a request's media ([`CONCURRENT_MEDIA`]).
+    media: Arc<Semaphore>,
     /// What `/metrics` exports.
     metrics: Arc<metrics::Metrics>,
     /// Responses kept for `previous_response_id`.
@@ -143,6 +150,7 @@ fn app_state(engine: Arc<dyn Backend>, options: &ServeOptions) -> Arc<AppState> 
         body_timeout: options.body_timeout,
         bodies: Arc::new(Semaphore::new(CONCURRENT_BODIES)),
         conversions: Arc::new(Semaphore::new(CONCURRENT_CONVERSIONS)),
+        media: Arc::new(Semaphore::new(CONCURRENT_MEDIA)),
         metrics: Arc::new(metrics::Metrics::new()),
         responses: Arc::new(responses::ResponseStore::bounded(options.responses_store, options.responses_store_bytes)),
     })

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::error::ApiError;
-use super::wire::{CacheEntryView, CacheView, DiskCacheView, ModelCard, ModelList, ModelMeta};
+use super::wire::{CacheEntryView, CacheView, DiskCacheView, MediaCacheView, ModelCard, ModelList, ModelMeta};
 use super::AppState;
 use crate::engine::media::MediaKind;
 use crate::engine::CacheEntryStatus;
@@ -83,6 +83,11 @@ pub(super) async fn cache(State(state): State<Arc<AppState>>) -> Result<Json<Cac
             entries: entry_views(disk.entries),
             off: disk.off,
             read_only: disk.read_only,
+        }),
+        media: status.media.map(|media| MediaCacheView {
+            entries: media.entries,
+            budget_bytes: media.budget_bytes,
+            used_bytes: media.used_bytes,
         }),
     }))
 }

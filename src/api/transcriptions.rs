@@ -50,7 +50,7 @@ pub(super) async fn transcriptions(State(state): State<Arc<AppState>>, request: 
         &state,
         request,
         move |bytes| TranscriptionJob::parse(bytes, boundary, &model),
-        |job: &TranscriptionJob| &job.request.prompt,
+        |job: &TranscriptionJob| &job.request,
     )
     .await?;
     let (events, in_reasoning) = start(&state, job.request, rendered, permit).await?;

@@ -234,6 +234,21 @@ pub(super) struct CacheView {
     pub entries: Vec<CacheEntryView>,
     /// The disk cache; `null` when off.
     pub disk: Option<DiskCacheView>,
+    /// The media kept decoded and tokenized, in their share of `--cache-ram`; absent without a
+    /// projector.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media: Option<MediaCacheView>,
+}
+
+/// The kept media in `GET /cache`.
+#[derive(Debug, Serialize)]
+pub(super) struct MediaCacheView {
+    /// Media kept.
+    pub entries: u32,
+    /// Their share of `--cache-ram`.
+    pub budget_bytes: u64,
+    /// Bytes they hold (an upper estimate of libmtmd's preprocessed input).
+    pub used_bytes: u64,
 }
 
 /// The disk cache in `GET /cache`.

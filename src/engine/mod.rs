@@ -47,6 +47,7 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot, Notify};
 use crate::chat::tools::ToolFormat;
 use crate::chat::{ChatFormat, Landmarks};
 pub use crate::chat::{Grammar, ReasoningFormat, TemplateSource};
+pub(crate) use media::projector::PreparedMedia;
 use queue::{Admission, QueuedPrefill};
 use tokenizer::Tokenizer;
 
@@ -108,6 +109,8 @@ struct Loaded {
     info: ModelInfo,
     chat: Arc<ChatFormat>,
     tokenizer: Tokenizer,
+    /// Prepares media off the inference thread (with a projector).
+    media: Option<Arc<media::projector::MediaPreparer>>,
 }
 
 impl std::fmt::Debug for Loaded {
@@ -155,6 +158,8 @@ struct Job {
     finish_requested: Arc<AtomicBool>,
     /// The request's clock on its way to llama.cpp (requests that came through the API).
     clock: Option<RequestClock>,
+    /// Its media, decoded and tokenized before it was queued.
+    media: PreparedMedia,
     /// Counts the job as admitted until it is served or dropped.
     _admitted: Admission,
 }
@@ -241,10 +246,12 @@ impl Engine {
             .name("firstword-inference".into())
             .stack_size(LARGE_STACK_BYTES)
             .spawn(move || {
-                let report = move |result: Result<(ModelInfo, Arc<ChatFormat>, Tokenizer), EngineError>| {
+                let report = move |result: Result<worker::Ready, EngineError>| {
                     if let Some(shared) = reporter.upgrade() {
                         *shared.state.lock() = match result {
-                            Ok((info, chat, tokenizer)) => LoadState::Ready(Arc::new(Loaded { info, chat, tokenizer })),
+                            Ok((info, chat, tokenizer, media)) => {
+                                LoadState::Ready(Arc::new(Loaded { info, chat, tokenizer, media }))
+                            }
                             Err(e) => LoadState::Failed(e),
                         };
                         shared.state_changed.notify_all();
@@ -352,7 +359,7 @@ impl Engine {
     /// # Errors
     /// Not loaded yet, shutting down, queue full, or the chat template rejected the messages.
     pub fn submit(&self, request: GenerationRequest) -> Result<Generation, EngineError> {
-        let rendered = self.render_untokenized(&request.prompt)?;
+        let rendered = self.render_untokenized(&request.prompt)?.with_media(self.prepare_media(&request.media)?);
         self.submit_rendered(request, rendered)
     }
 
@@ -386,14 +393,33 @@ impl Engine {
             }
             other => other,
         };
-        Ok(RenderedPrompt { input, landmarks, path, clock: None })
+        Ok(RenderedPrompt { input, landmarks, path, clock: None, media: PreparedMedia::default() })
+    }
+
+    /// Decodes and tokenizes a request's media on the calling thread (the API's conversion
+    /// threads; see [`media::projector`]), for [`RenderedPrompt::with_media`]. Nothing without
+    /// a projector (the inference thread then refuses media).
+    ///
+    /// # Errors
+    /// Not loaded, or [`EngineError::Media`] naming a part that cannot be decoded.
+    pub(crate) fn prepare_media(&self, media: &[media::MediaInput]) -> Result<PreparedMedia, EngineError> {
+        match &self.loaded()?.media {
+            Some(preparer) if !media.is_empty() => preparer.prepare_all(media),
+            _ => Ok(PreparedMedia::default()),
+        }
     }
 
     /// [`Engine::render`] without tokenizing (for callers whose thread may have a small
     /// stack: the inference thread tokenizes).
     fn render_untokenized(&self, prompt: &Prompt) -> Result<RenderedPrompt, EngineError> {
         let (input, landmarks) = self.loaded()?.render(prompt)?;
-        Ok(RenderedPrompt { input, landmarks, path: RequestPath::default(), clock: None })
+        Ok(RenderedPrompt {
+            input,
+            landmarks,
+            path: RequestPath::default(),
+            clock: None,
+            media: PreparedMedia::default(),
+        })
     }
 
     /// Queues `request`, whose prompt [`Engine::render`] rendered as `rendered`.
@@ -426,7 +452,7 @@ impl Engine {
     /// # Errors
     /// As [`Engine::submit`].
     pub fn prefill(&self, request: GenerationRequest) -> Result<PendingPrefill, EngineError> {
-        let rendered = self.render_untokenized(&request.prompt)?;
+        let rendered = self.render_untokenized(&request.prompt)?.with_media(self.prepare_media(&request.media)?);
         self.prefill_rendered(request, rendered)
     }
 
@@ -456,7 +482,7 @@ impl Engine {
         self.ensure_room()?;
         let admitted = Admission::take(&self.shared.admitted, self.shared.queue_size + 1)
             .ok_or(EngineError::QueueFull { capacity: self.shared.queue_size })?;
-        let RenderedPrompt { input: prompt, landmarks, clock, .. } = rendered;
+        let RenderedPrompt { input: prompt, landmarks, clock, media, .. } = rendered;
         let clock = clock.map(|mut clock| {
             clock.queued();
             clock
@@ -471,6 +497,7 @@ impl Engine {
             events,
             finish_requested: Arc::clone(&finish_requested),
             clock,
+            media,
             _admitted: admitted,
         };
         self.shared.commands.send(Box::new(job))?;
@@ -506,6 +533,7 @@ impl Engine {
     #[must_use]
     pub fn cache_status(&self) -> CacheStatus {
         let mut status = self.shared.signals.cache_status.lock().clone();
+        status.media = self.loaded().ok().and_then(|loaded| loaded.media.as_ref().map(|media| media.status()));
         if let (Some(disk), Some(counters)) = (&mut status.disk, &*self.shared.signals.disk_counters.lock()) {
             disk.bytes_written = counters.bytes_written();
             disk.signature_bytes = counters.signature_bytes();
@@ -562,6 +590,8 @@ pub(crate) struct RenderedPrompt {
     path: RequestPath,
     /// The request's clock, once [`RenderedPrompt::timed`] gave it one.
     clock: Option<RequestClock>,
+    /// Its media, prepared ([`Engine::prepare_media`]).
+    media: PreparedMedia,
 }
 
 impl RenderedPrompt {
@@ -575,6 +605,11 @@ impl RenderedPrompt {
         self
     }
 
+    /// The prompt with its `media` prepared, which the job holds until it is served.
+    pub(crate) fn with_media(self, media: PreparedMedia) -> Self {
+        Self { media, ..self }
+    }
+
     /// A rendering of nothing, for a fake engine.
     #[cfg(test)]
     pub(crate) fn empty() -> Self {
@@ -583,6 +618,7 @@ impl RenderedPrompt {
             landmarks: Landmarks::default(),
             path: RequestPath::default(),
             clock: None,
+            media: PreparedMedia::default(),
         }
     }
 }

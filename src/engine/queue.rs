@@ -207,6 +207,7 @@ mod tests {
             events,
             finish_requested: Arc::new(AtomicBool::new(false)),
             clock: None,
+            media: crate::engine::PreparedMedia::default(),
             _admitted: Admission::take(admitted, usize::MAX).expect("admitted"),
         };
         (Box::new(job), prefill.then_some(report_rx))

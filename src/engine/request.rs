@@ -271,6 +271,8 @@ pub struct CacheStatus {
     pub disk: Option<DiskStatus>,
     /// Parked generations since the engine started.
     pub parking: ParkingCounts,
+    /// The media kept decoded and tokenized (with a projector), read live.
+    pub media: Option<crate::engine::media::MediaCacheStatus>,
 }
 
 /// What became of parked generations (a prefill's pregenerated tokens, the reply of a client

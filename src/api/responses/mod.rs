@@ -36,7 +36,7 @@ use super::request_log::RequestRecord;
 use super::sampling::{token_limit, SamplingFields};
 use super::{unix_now, AppState};
 use crate::chat::{ChatMessage, Role, ToolCall};
-use crate::engine::media::MediaInput;
+use crate::engine::media::{MediaInput, MAX_MEDIA_PARTS};
 use crate::engine::{FinishReason, GenerationRequest, ModelInfo, Prompt, Usage};
 use input::input_messages;
 use store::{json_bytes, StoredResponse};
@@ -177,9 +177,23 @@ impl ResponseJob {
         // This turn's media are stored with it; the request holds the whole chain's.
         let input_media = parts.into_inputs();
         let mut media = parent.as_ref().map(|p| p.media()).unwrap_or_default();
+        let stored = media.len();
         media.extend(
             input_media.iter().filter(|m| !media.iter().any(|held| held.id == m.id)).cloned().collect::<Vec<_>>(),
         );
+        if media.len() > MAX_MEDIA_PARTS {
+            return Err(ApiError::refused(
+                Refusal::Limit,
+                "input",
+                format!(
+                    "a conversation may hold at most {MAX_MEDIA_PARTS} images and audio clips, the stored chain \
+                     and this input together; this one would hold {} ({stored} stored, {} new): start a new chain \
+                     with the conversation as input, leaving out pictures or clips it no longer needs",
+                    media.len(),
+                    media.len() - stored
+                ),
+            ));
+        }
         let earlier = body.instructions.iter().count() + parent.as_ref().map_or(0, |p| p.message_count());
         if earlier + input.len() > MAX_MESSAGES {
             return Err(too_many(
@@ -288,7 +302,7 @@ pub(super) async fn create_response(
     let store = Arc::clone(&state.responses);
     let into_job = move |bytes: &[u8]| ResponseJob::new(bytes, &model, &store);
     let Prepared { value: (job, rendered), permit } =
-        prepare_job(&state, request, into_job, |job: &ResponseJob| &job.request.prompt).await?;
+        prepare_job(&state, request, into_job, |job: &ResponseJob| &job.request).await?;
     let (events, in_reasoning) = start(&state, job.request, rendered, permit).await?;
     let mut framer = ResponseFramer::new(job.answering, AnswerShaper::new(job.output, in_reasoning));
     if job.stream {

@@ -94,6 +94,13 @@ impl Backend for FakeEngine {
         Ok(RenderedPrompt::empty())
     }
 
+    fn prepare_media(
+        &self,
+        _: &[crate::engine::media::MediaInput],
+    ) -> Result<crate::engine::PreparedMedia, EngineError> {
+        Ok(crate::engine::PreparedMedia::default())
+    }
+
     fn submit(&self, request: GenerationRequest, _: RenderedPrompt) -> Result<Box<dyn EventSource>, EngineError> {
         self.room.clone()?;
         self.submitted.lock().push(request);

@@ -22,8 +22,11 @@ use sha2::{Digest, Sha256};
 
 mod inspect;
 pub(crate) mod projector;
+mod segments;
 
 pub use inspect::check_media;
+pub use projector::MediaCacheStatus;
+pub(crate) use segments::media_share;
 
 /// Where a media's marker starts in a message's text.
 const MARKER_OPEN: &str = "<__media_";

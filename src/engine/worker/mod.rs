@@ -16,8 +16,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::disk::{ContextShape, WriteHold};
 use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Contexts, Models};
+use super::media::projector::MediaPreparer;
 use super::media::projector::Projector;
-use super::media::{MediaInput, MediaSupport};
+use super::media::{media_share, MediaInput, MediaSupport};
 use super::policy::Purpose;
 use super::reply::{Halt, ReasoningLimit, Reply};
 use super::sampling::TokenPicker;
@@ -90,11 +91,15 @@ pub(crate) fn render_prompt(chat: &ChatFormat, prompt: &Prompt) -> Result<(Promp
     })
 }
 
+/// What a loaded engine hands its handles: the model's facts, its chat format, its tokenizer
+/// and, with a projector, what prepares media.
+pub(super) type Ready = (ModelInfo, Arc<ChatFormat>, Tokenizer, Option<Arc<MediaPreparer>>);
+
 /// Body of the inference thread. Returns when the engine shuts down, or with why it cannot go
 /// on (see [`faults`]); a failed load is reported through `report`.
 pub(super) fn run(
     config: &EngineConfig,
-    report: impl FnOnce(Result<(ModelInfo, Arc<ChatFormat>, Tokenizer), EngineError>),
+    report: impl FnOnce(Result<Ready, EngineError>),
     commands: &Receiver<Command>,
     signals: &Signals,
 ) -> Result<(), String> {
@@ -114,7 +119,8 @@ pub(super) fn run(
         }
     };
     session.warm(&config.warm);
-    report(Ok((info, Arc::clone(&session.chat), session.tokenizer.clone())));
+    let media = session.projector.as_ref().map(Projector::preparer);
+    report(Ok((info, Arc::clone(&session.chat), session.tokenizer.clone(), media)));
     let mut idle_since = Instant::now();
     loop {
         if signals.shutting_down.load(Ordering::Relaxed) {
@@ -222,8 +228,14 @@ impl<'m> Session<'m> {
             create_decoder(backend, model, draft_model, plan, config)?;
         let recurrent = model.is_recurrent() || model.is_hybrid();
         let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
+        let mut budget = usize::try_from(cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         let projector = match &config.mmproj {
-            Some(path) => Some(Projector::load(path, model, config.threads, config.n_gpu_layers > 0)?),
+            Some(path) => {
+                // Prepared media hold their share of --cache-ram; the state store the rest.
+                let share = media_share(budget);
+                budget -= share;
+                Some(Projector::load(path, shared_model, config.threads, config.n_gpu_layers > 0, share)?)
+            }
             None => None,
         };
         let threads = ThreadCounts { generation: config.threads.max(1), batch: config.threads_batch.max(1) };
@@ -231,7 +243,6 @@ impl<'m> Session<'m> {
         if !config.fixed_threads {
             sequence.govern_threads(governor, (threads.generation, threads.batch));
         }
-        let budget = usize::try_from(cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         // Checkpoints where a cache cannot be cut everywhere: recurrent state; a sliding window
         // (the small SWA cache drops what is older, and a restored state, full SWA cache
         // included, holds only the last window), so a prompt that leaves a stored
@@ -330,6 +341,7 @@ impl<'m> Session<'m> {
             Command::Generate(mut job) => {
                 self.signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
                 self.take_clock(&mut job);
+                self.hold_media(&mut job);
                 // The client left while the request was queued: drop it without running.
                 if !job.events.is_closed() {
                     self.serve(*job);
@@ -339,6 +351,7 @@ impl<'m> Session<'m> {
             Command::Prefill(queued) => match queued.take() {
                 Some(mut job) if !job.events.is_closed() => {
                     self.take_clock(&mut job);
+                    self.hold_media(&mut job);
                     self.serve_prefill(*job);
                 }
                 _ => {}
@@ -359,6 +372,14 @@ impl<'m> Session<'m> {
             clock.taken();
             clock
         });
+    }
+
+    /// Holds the media `job` brought, prepared on the thread that converted it, for as long as
+    /// it is served (and its next turn anticipated).
+    fn hold_media(&mut self, job: &mut Job) {
+        if let Some(projector) = self.projector.as_mut() {
+            projector.hold(std::mem::take(&mut job.media));
+        }
     }
 
     /// Serves one job, whose events end with `Finished` or `Failed` (or with nothing more once
