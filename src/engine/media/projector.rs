@@ -97,6 +97,9 @@ impl Projector {
         }
         let refuse = |reason: String| EngineError::Media { part: input.part.clone(), reason };
         self.support.check(input.kind).map_err(refuse)?;
+        // Whoever made the input (the API checks its parts, a library caller may not), libmtmd
+        // sees only bytes whose decoding is bounded.
+        super::check_media(input.kind, &input.bytes, None).map_err(refuse)?;
         let bitmap = MtmdBitmap::from_buffer(&self.ctx, &input.bytes, false)
             .map_err(|_| refuse(format!("the {} could not be decoded", input.kind.as_str())))?;
         let decoded = if bitmap.is_audio() { MediaKind::Audio } else { MediaKind::Image };
