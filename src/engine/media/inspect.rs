@@ -6,7 +6,7 @@
 //! can decode into a huge one (a PNG declaring 30,000 × 30,000 pixels, a WAV at 1 Hz, an MP3
 //! whose Xing tag claims millions of frames).
 
-use super::audio::{is_flac, mp3_bound, wav_bound, AudioBound};
+use super::audio::{is_flac, le, mp3_bound, wav_bound, AudioBound};
 use super::{MediaKind, MAX_AUDIO_SECONDS, MAX_IMAGE_PIXELS};
 
 /// What libmtmd will take a buffer for, judged as it judges: by its signature.
@@ -96,20 +96,83 @@ pub(crate) fn audio_bound(found: Sniffed, bytes: &[u8], format: Option<&str>) ->
     Ok(bound)
 }
 
-/// An image's width and height as stb_image will read them.
+/// An image's width and height as stb_image will read them: its own reading of each header,
+/// since a reader that disagrees with the decoder (fill bytes before a JPEG's frame header, a
+/// PNG's `CgBI` chunk before its `IHDR`) would check a size the decoder never uses.
 pub(crate) fn image_size(format: &str, bytes: &[u8]) -> Result<(u64, u64), String> {
-    let unsupported = || format!("not a {} image stb_image reads", format.to_uppercase());
-    if format == "bmp" {
-        return bmp_size(bytes).ok_or_else(unsupported);
+    let size = match format {
+        "png" => png_size(bytes),
+        "jpeg" => jpeg_size(bytes),
+        "gif" => Some((le::<2>(bytes, 6).unwrap_or(0), le::<2>(bytes, 8).unwrap_or(0))),
+        _ => bmp_size(bytes),
+    };
+    size.ok_or_else(|| format!("not a {} image stb_image reads", format.to_uppercase()))
+}
+
+/// A big-endian integer of `N` bytes at `at`.
+fn be<const N: usize>(bytes: &[u8], at: usize) -> Option<u64> {
+    let slice = bytes.get(at..at.checked_add(N)?)?;
+    Some(slice.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b)))
+}
+
+/// A PNG's size: its `IHDR`, the first chunk after any `CgBI` ones (Apple's, which stb_image
+/// skips).
+fn png_size(bytes: &[u8]) -> Option<(u64, u64)> {
+    let mut at = 8;
+    loop {
+        let len = usize::try_from(be::<4>(bytes, at)?).ok()?;
+        match bytes.get(at + 4..at + 8)? {
+            b"CgBI" => at = at.checked_add(len)?.checked_add(12)?,
+            b"IHDR" if len == 13 => return Some((be::<4>(bytes, at + 8)?, be::<4>(bytes, at + 12)?)),
+            _ => return None,
+        }
     }
-    let size = imagesize::blob_size(bytes).map_err(|_| unsupported())?;
-    Ok((size.width as u64, size.height as u64))
+}
+
+/// A JPEG's size: the first baseline, extended or progressive frame header (SOF0 to SOF2),
+/// found by walking the segments as stb_image does (fill bytes, and junk after a segment,
+/// skipped); none where stb_image would stop before one.
+fn jpeg_size(bytes: &[u8]) -> Option<(u64, u64)> {
+    let mut at = 0;
+    // A marker: 0xFF, any fill 0xFFs, its code; `Some(None)` where the byte is no marker.
+    let marker = |at: &mut usize| -> Option<Option<u8>> {
+        let first = *bytes.get(*at)?;
+        *at += 1;
+        if first != 0xFF {
+            return Some(None);
+        }
+        loop {
+            let code = *bytes.get(*at)?;
+            *at += 1;
+            if code != 0xFF {
+                return Some(Some(code));
+            }
+        }
+    };
+    if marker(&mut at)? != Some(0xD8) {
+        return None;
+    }
+    let mut code = marker(&mut at)?;
+    loop {
+        match code? {
+            0xC0..=0xC2 => return Some((be::<2>(bytes, at + 5)?, be::<2>(bytes, at + 3)?)),
+            0xDD if be::<2>(bytes, at)? == 4 => at += 4,
+            0xC4 | 0xDB | 0xE0..=0xEF | 0xFE => {
+                let len = usize::try_from(be::<2>(bytes, at)?).ok().filter(|&len| len >= 2)?;
+                at += len;
+            }
+            _ => return None,
+        }
+        code = marker(&mut at)?;
+        while code.is_none() && at < bytes.len() {
+            code = marker(&mut at)?;
+        }
+    }
 }
 
 /// A BMP's size as stb_image reads it: 16-bit sizes in an OS/2 header (12 bytes), else a
 /// 32-bit width and a signed height (negative: the rows run top-down).
 fn bmp_size(bytes: &[u8]) -> Option<(u64, u64)> {
-    use super::audio::le;
     match le::<4>(bytes, 14)? {
         12 => Some((le::<2>(bytes, 18)?, le::<2>(bytes, 20)?)),
         40 | 56 | 108 | 124 => {

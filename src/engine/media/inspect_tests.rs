@@ -119,6 +119,44 @@ fn top_down_and_os2_bmps_have_their_real_size() {
     assert!(check_media(MediaKind::Image, &bmp(64, 2, 2), None).expect_err("refused").contains("BMP"));
 }
 
+/// A JPEG's start: SOI, a JFIF segment, `junk` bytes, then a frame header (SOF0 behind `fill`
+/// extra 0xFF bytes) declaring `width` × `height`.
+fn jpeg(width: u16, height: u16, junk: usize, fill: usize) -> Vec<u8> {
+    let mut out = b"\xFF\xD8\xFF\xE0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00".to_vec();
+    out.resize(out.len() + junk, 0x42);
+    out.resize(out.len() + fill, 0xFF);
+    out.extend_from_slice(b"\xFF\xC0\x00\x11\x08");
+    out.extend_from_slice(&height.to_be_bytes());
+    out.extend_from_slice(&width.to_be_bytes());
+    out.extend_from_slice(&[3, 1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1]);
+    out
+}
+
+#[test]
+fn the_size_checked_is_the_one_stb_image_reads() {
+    assert_eq!(image_size("jpeg", &jpeg(640, 480, 0, 0)), Ok((640, 480)));
+    // Fill bytes before the frame header, junk after a segment: stb_image skips both.
+    assert_eq!(image_size("jpeg", &jpeg(65_535, 65_535, 3, 2)), Ok((65_535, 65_535)));
+    assert!(check_media(MediaKind::Image, &jpeg(65_535, 65_535, 3, 2), None).expect_err("refused").contains("at most"));
+    assert!(check_media(MediaKind::Image, &jpeg(640, 480, 3, 2), None).is_ok());
+    // A reader taking the fill byte for a marker would skip 49,150 bytes to a decoy 2 × 2 frame.
+    let mut decoy = jpeg(65_535, 65_535, 0, 1);
+    decoy.resize(49_174, 0);
+    decoy.extend_from_slice(b"\xFF\xC0\x00\x11\x08\x00\x02\x00\x02");
+    assert_eq!(image_size("jpeg", &decoy), Ok((65_535, 65_535)));
+    // A segment stb_image does not know ends its reading: nothing to decode.
+    let mut unknown = jpeg(640, 480, 0, 0);
+    unknown[3] = 0xC3;
+    assert!(image_size("jpeg", &unknown).is_err());
+    // Apple's CgBI chunk before the IHDR: stb_image skips it and reads the IHDR after it.
+    // (A reader at fixed offsets would take its data and checksum for a 2 × 2 picture.)
+    let mut apple = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x04CgBI\x00\x00\x00\x02\x00\x00\x00\x02".to_vec();
+    apple.extend_from_slice(&png(40_000, 40_000, &[])[8..]);
+    assert_eq!(image_size("png", &apple), Ok((40_000, 40_000)));
+    assert!(check_media(MediaKind::Image, &apple, None).expect_err("refused").contains("at most"));
+    assert!(image_size("png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIDAT").is_err());
+}
+
 proptest! {
     /// The fuzz target `media_headers` in short, on every test run: arbitrary bytes, and valid
     /// files with bytes changed, never panic, and an accepted clip's decoder buffer is within
@@ -199,12 +237,14 @@ proptest! {
     fn an_image_is_accepted_exactly_when_its_decoded_copy_fits(
         width in prop_oneof![1i32..20_000, any::<i32>()],
         height in prop_oneof![1i32..20_000, any::<i32>()],
-        format in 0usize..4,
+        format in 0usize..5,
+        (junk, fill) in (0usize..4, 0usize..4),
     ) {
         let (bytes, read) = match format {
             0 => (png(width as u32, height as u32, &[]), (u64::from(width as u32), u64::from(height as u32))),
             1 => (bmp(40, width, height), (u64::from(width as u32), u64::from(height.unsigned_abs()))),
             2 => (bmp(12, width, height), (u64::from(width as u16), u64::from(height as u16))),
+            3 => (jpeg(width as u16, height as u16, junk, fill), (u64::from(width as u16), u64::from(height as u16))),
             _ => {
                 let mut gif = b"GIF89a".to_vec();
                 gif.extend_from_slice(&(width as u16).to_le_bytes());
