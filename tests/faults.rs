@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{chunks, post, post_stream, smollm2_path, spawn_server, test_config, SseData, TestServer};
+use common::{chunks, post, post_stream, smollm2_path, spawn_server, test_config, ServerProcess, SseData, TestServer};
 use fail::FailScenario;
 use firstword::Engine;
 use serde_json::{json, Value};
@@ -315,29 +315,6 @@ fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     found
-}
-
-/// A server process that is killed when dropped, so that a failing test leaves none running.
-struct ServerProcess(std::process::Child);
-
-impl std::ops::Deref for ServerProcess {
-    type Target = std::process::Child;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for ServerProcess {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A `firstword serve` over SmolLM2 with a disk cache in `dir`, failpoints set from

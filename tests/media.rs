@@ -8,13 +8,15 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 use common::media::{
-    audio_part, audio_projector, checkerboard, degenerate_projector, image_part, red, tone, vision_projector,
-    AUDIO_TOKENS, VISION_TOKENS,
+    audio_part, audio_projector, black_png, checkerboard, degenerate_projector, image_part, os2_bmp, red, tone,
+    top_down_bmp, vision_projector, AUDIO_TOKENS, VISION_TOKENS,
 };
-use common::{generate, post, post_json, smollm2_path, spawn_server, test_config, Generated};
+use common::{generate, post, post_json, smollm2_path, spawn_server, test_config, Generated, ServerProcess};
 use firstword::bench::bmp;
 use firstword::engine::media::{MediaInput, MediaKind, MAX_MEDIA_PARTS};
 use firstword::{CacheMiss, CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams};
@@ -196,6 +198,11 @@ fn bad_media_gets_a_400_naming_the_part_and_changes_nothing() {
         }
         let health = reqwest::get(format!("{}/health", server.base)).await.expect("health");
         assert_eq!(health.status().as_u16(), 200, "the server is up");
+        // Top-down rows (a negative height) and an OS/2 header (16-bit sizes) are 2 × 2 pictures.
+        for (what, bmp) in [("a top-down BMP", top_down_bmp()), ("an OS/2 BMP", os2_bmp())] {
+            let (status, answer) = post(&server.base, &user(json!([image_part(&bmp), text]))).await;
+            assert_eq!(status, 200, "{what}: {answer}");
+        }
         let (status, after) = post(&server.base, &good).await;
         assert_eq!(status, 200, "{after}");
         assert_eq!(after["choices"][0]["message"]["content"], before["choices"][0]["message"]["content"]);
@@ -460,4 +467,175 @@ fn a_restart_brings_a_conversation_back_from_disk_with_its_picture() {
     drop(other);
     let _ = std::fs::remove_file(&changed);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `firstword serve` over SmolLM2 with the audio projector fixture, as a process of its own: a
+/// decoder that aborts ends that process, which the test then sees.
+fn serve_audio_process() -> (ServerProcess, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
+    let mut child = ServerProcess(
+        Command::new(env!("CARGO_BIN_EXE_firstword"))
+            .args(["serve", "--no-cache-dir", "-c", "2048", "-t", "2", "--port", &port.to_string(), "-m"])
+            .arg(smollm2_path())
+            .arg("--mmproj")
+            .arg(audio_projector())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts"),
+    );
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let ready = lines.by_ref().map_while(Result::ok).any(|line| line.contains("ready"));
+    assert!(ready, "the server became ready");
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, format!("http://127.0.0.1:{port}"))
+}
+
+/// The most memory process `pid` has held at once (Linux's VmHWM), in MiB.
+fn peak_memory_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process's status");
+    let line = status.lines().find(|line| line.starts_with("VmHWM:")).expect("VmHWM");
+    line.split_whitespace().nth(1).and_then(|kib| kib.parse::<u64>().ok()).expect("a size in kB") / 1024
+}
+
+/// An MPEG-1 layer III frame header: 128 kbit/s, 44.1 kHz, mono (417-byte frames).
+const MPEG_HEADER: [u8; 4] = [0xFF, 0xFB, 0x90, 0xC4];
+
+/// A WAV of `data` bytes: `fmt ` chunk body `fmt`, then `extra` chunks, then the data.
+fn wav_file(fmt: &[u8], extra: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut out = b"RIFF\0\0\0\0WAVEfmt ".to_vec();
+    out.extend_from_slice(&(fmt.len() as u32).to_le_bytes());
+    out.extend_from_slice(fmt);
+    out.extend_from_slice(extra);
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(data);
+    let riff = (out.len() - 8) as u32;
+    out[4..8].copy_from_slice(&riff.to_le_bytes());
+    out
+}
+
+/// A `fmt ` chunk's 16 bytes: format `tag`, one channel, `rate`, `bits` per sample.
+fn fmt_chunk(tag: u16, rate: u32, bits: u16) -> Vec<u8> {
+    let block = bits.div_ceil(8);
+    [
+        &tag.to_le_bytes()[..],
+        &1u16.to_le_bytes(),
+        &rate.to_le_bytes(),
+        &(rate * u32::from(block)).to_le_bytes(),
+        &block.to_le_bytes(),
+        &bits.to_le_bytes(),
+    ]
+    .concat()
+}
+
+/// The clip: 4 MB of 8-bit WAV at 1 Hz (46 days to the decoder, ~238 GiB once resampled
+/// to 16 kHz), with an MPEG frame header planted in its data.
+fn wav_at_one_hertz() -> Vec<u8> {
+    let mut data = vec![0x80; 4_000_000];
+    data[1_000..1_004].copy_from_slice(&MPEG_HEADER);
+    wav_file(&fmt_chunk(1, 1, 8), &[], &data)
+}
+
+/// Twenty MPEG frames, the first holding a Xing tag that claims 16 million of them.
+fn mp3_claiming_millions_of_frames() -> Vec<u8> {
+    let mut out = Vec::new();
+    for _ in 0..20 {
+        out.extend_from_slice(&MPEG_HEADER);
+        out.resize(out.len() + 413, 0);
+    }
+    // After the header and the side information of a mono MPEG-1 frame (17 bytes).
+    out[21..25].copy_from_slice(b"Xing");
+    out[25..29].copy_from_slice(&1u32.to_be_bytes());
+    out[29..33].copy_from_slice(&16_000_000u32.to_be_bytes());
+    out
+}
+
+/// A FLAC stream whose STREAMINFO claims 2^36 - 1 samples at 44.1 kHz, an MPEG frame header
+/// planted in its padding.
+fn flac_claiming_a_day() -> Vec<u8> {
+    let mut info = Vec::new();
+    info.extend_from_slice(&4096u16.to_be_bytes());
+    info.extend_from_slice(&4096u16.to_be_bytes());
+    info.extend_from_slice(&[0; 6]);
+    let packed = (44_100u64 << 44) | (15 << 36) | ((1 << 36) - 1);
+    info.extend_from_slice(&packed.to_be_bytes());
+    info.extend_from_slice(&[0; 16]);
+    let mut out = b"fLaC\x00\x00\x00\x22".to_vec();
+    out.extend_from_slice(&info);
+    out.extend_from_slice(&[0x81, 0x00, 0x01, 0x00]);
+    out.extend_from_slice(&MPEG_HEADER);
+    out.resize(out.len() + 252, 0);
+    out
+}
+
+/// `WAVE_FORMAT_EXTENSIBLE` whose subformat is Microsoft ADPCM, with a `fact` chunk claiming
+/// 4 billion samples.
+fn extensible_adpcm() -> Vec<u8> {
+    let mut fmt = fmt_chunk(0xFFFE, 16_000, 4);
+    fmt[12..14].copy_from_slice(&256u16.to_le_bytes());
+    fmt.extend_from_slice(&22u16.to_le_bytes());
+    fmt.extend_from_slice(&4u16.to_le_bytes());
+    fmt.extend_from_slice(&4u32.to_le_bytes());
+    fmt.extend_from_slice(&[
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x80, 0x00, 0x00, 0xAA, 0x00, 0x38, 0x9B, 0x71,
+    ]);
+    let fact = [b"fact".as_slice(), &4u32.to_le_bytes(), &u32::MAX.to_le_bytes()].concat();
+    wav_file(&fmt, &fact, &[0; 1024])
+}
+
+/// A chat turn holding `clip` as an `input_audio` part of `format` (none: unsaid).
+fn audio_turn(clip: &[u8], format: Option<&str>) -> Value {
+    let mut audio = json!({"data": common::media::base64(clip)});
+    if let Some(format) = format {
+        audio["format"] = json!(format);
+    }
+    json!({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": audio}, {"type": "text", "text": "What is it?"}]}], "max_tokens": 4, "temperature": 0})
+}
+
+#[test]
+fn audio_a_decoder_would_blow_up_is_refused_before_it_runs_and_the_server_stays_up() {
+    let (server, base) = serve_audio_process();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let good = audio_turn(&tone(1.0, 440.0, 16_000), Some("wav"));
+        let (status, before) = post(&base, &good).await;
+        assert_eq!(status, 200, "{before}");
+        let peak = peak_memory_mib(server.id());
+        let slow = wav_at_one_hertz();
+        // A 10,000 × 10,000 PNG (300 MB as RGB) with an MPEG frame header in a text chunk.
+        let picture = black_png(10_000, &MPEG_HEADER);
+        let chats: Vec<(&str, Value)> = vec![
+            ("a WAV at 1 Hz said to be mp3", audio_turn(&slow, Some("mp3"))),
+            ("a WAV at 1 Hz", audio_turn(&slow, None)),
+            (
+                "an MP3 whose Xing tag claims 16 million frames",
+                audio_turn(&mp3_claiming_millions_of_frames(), Some("mp3")),
+            ),
+            ("FLAC claiming 2^36 samples", audio_turn(&flac_claiming_a_day(), None)),
+            ("extensible ADPCM with a fact chunk", audio_turn(&extensible_adpcm(), Some("wav"))),
+            ("a 100-megapixel PNG as input_audio", audio_turn(&picture, None)),
+        ];
+        let client = reqwest::Client::new();
+        for (what, body) in chats {
+            let sent = client.post(format!("{base}/v1/chat/completions")).json(&body).send().await;
+            let response = sent.unwrap_or_else(|e| panic!("{what}: no answer, the server died? {e}"));
+            let status = response.status().as_u16();
+            let answer: Value = response.json().await.expect("an error envelope");
+            assert_eq!(status, 400, "{what}: {answer}");
+            assert_eq!(answer["error"]["param"], "messages[0].content[0]", "{what}: {answer}");
+            let health = client.get(format!("{base}/health")).send().await.expect("the server is up");
+            assert_eq!(health.status().as_u16(), 200, "{what}");
+        }
+        let (status, _, body) = transcribe(&base, &[("file", Some("x.mp3"), &slow)]).await;
+        let answer: Value = serde_json::from_str(&body).expect("an error envelope");
+        assert_eq!((status, &answer["error"]["param"]), (400, &json!("file")), "{answer}");
+        assert!(answer["error"]["message"].as_str().is_some_and(|m| m.contains("WAV audio, not mp3")), "{answer}");
+
+        let grown = peak_memory_mib(server.id()).saturating_sub(peak);
+        eprintln!("peak memory grew by {grown} MiB over the refused parts");
+        assert!(grown < 100, "the refused parts grew the server's peak memory by {grown} MiB");
+        let (status, after) = post(&base, &good).await;
+        assert_eq!(status, 200, "{after}");
+        assert_eq!(after["choices"][0]["message"]["content"], before["choices"][0]["message"]["content"]);
+    });
 }

@@ -410,3 +410,26 @@ pub(crate) async fn until(engine: &Engine, what: &str, done: impl Fn(&Engine) ->
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }
+
+/// A server process that is killed when dropped, so that a failing test leaves none running.
+pub(crate) struct ServerProcess(pub(crate) std::process::Child);
+
+impl std::ops::Deref for ServerProcess {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ServerProcess {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

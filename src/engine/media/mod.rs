@@ -20,10 +20,12 @@ use std::sync::Arc;
 use llama_cpp_2::token::LlamaToken;
 use sha2::{Digest, Sha256};
 
+mod audio;
 mod inspect;
 pub(crate) mod projector;
 mod segments;
 
+pub use audio::{MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
 pub use inspect::check_media;
 pub use projector::MediaCacheStatus;
 pub(crate) use segments::media_share;
@@ -43,7 +45,8 @@ pub const MAX_MEDIA_PARTS: usize = 16;
 pub const MAX_MEDIA_BYTES: usize = 20 * 1024 * 1024;
 /// Most pixels of one image (width × height): its decoded RGB copy is three bytes a pixel.
 pub const MAX_IMAGE_PIXELS: u64 = 50_000_000;
-/// Longest audio clip, in seconds.
+/// Longest audio clip, in seconds, as its decoder counts it: the decoder's buffer holds at most
+/// this many seconds of samples at the projector's rate (4 bytes each).
 pub const MAX_AUDIO_SECONDS: u64 = 600;
 
 /// What a media part holds.
@@ -51,7 +54,7 @@ pub const MAX_AUDIO_SECONDS: u64 = 600;
 pub enum MediaKind {
     /// A picture (PNG, JPEG, GIF, BMP: what stb_image reads).
     Image,
-    /// A sound clip (WAV, MP3, FLAC: what miniaudio reads).
+    /// A sound clip (WAV or MP3, read by miniaudio; see [`check_media`] for what passes).
     Audio,
 }
 

@@ -117,6 +117,9 @@ impl MediaPreparer {
         }
         let refuse = |reason: String| EngineError::Media { part: input.part.clone(), reason };
         self.support.lock().check(input.kind).map_err(refuse)?;
+        // Whoever made the input (the API checks its parts, a library caller may not), libmtmd
+        // sees only bytes whose decoding is bounded.
+        super::check_media(input.kind, &input.bytes, None).map_err(refuse)?;
         fail::fail_point!("media::decode");
         let ctx = self.ctx.read();
         let bitmap = MtmdBitmap::from_buffer(&ctx, &input.bytes, false)
