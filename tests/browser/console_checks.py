@@ -340,6 +340,10 @@ def voice_turn(page, partials, final):
 
 def check_voice(page, base):
     voice_page(page, base)
+    # The browser's recogniser is not local, and the page says so next to the Voice button.
+    notice = page.locator("#voice-privacy")
+    expect(notice).to_be_visible()
+    expect(notice).to_contain_text("send the microphone's audio to Google's or Microsoft's servers")
     partials = ["Tell me", "Tell me about the", "Tell me about the sun"]
     prefills, request, reply = voice_turn(page, partials, "Tell me about the sun.")
     expect_that([p["messages"][-1] for p in prefills] == [{"role": "user", "content": t} for t in partials], f"{prefills}")
