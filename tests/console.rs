@@ -11,9 +11,11 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use common::media::audio_projector;
 use common::python::{browser_python, run_with_timeout};
-use common::{exclusive_server, spawn_server_with, TestServer};
+use common::{exclusive_server, smollm2_path, spawn_server, spawn_server_with, test_config, TestServer};
 use firstword::api::{ApiKeys, ServeOptions};
+use firstword::{Engine, EngineConfig};
 
 /// Far above a check's usual run (10 to 30 s on 2 cores), so only a hang trips it.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(240);
@@ -51,6 +53,21 @@ async fn speaking_over_the_answer_cuts_it_to_what_was_heard() {
     run_check("barge_in").await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn with_an_audio_model_voice_mode_is_recognised_by_the_server() {
+    run_check("server_recogniser").await;
+}
+
+/// A server over SmolLM2 with the audio projector fixture: the model takes audio.
+fn audio_server() -> &'static str {
+    static AUDIO: OnceLock<TestServer> = OnceLock::new();
+    let audio = AUDIO.get_or_init(|| {
+        let config = EngineConfig { mmproj: Some(audio_projector()), ..test_config(smollm2_path()) };
+        spawn_server(Engine::start(config).expect("SmolLM2 with the audio projector loads"))
+    });
+    &audio.base
+}
+
 /// A second server over the shared engine that asks for [`KEY`] (used under the same lock).
 fn keyed_server(shared: &TestServer) -> &'static str {
     static KEYED: OnceLock<TestServer> = OnceLock::new();
@@ -72,6 +89,8 @@ async fn run_check(name: &str) {
     command.arg("-u").arg(root.join("tests/browser/console_checks.py"));
     if name == "api_key" {
         command.arg(keyed_server(server)).arg(name).arg(KEY);
+    } else if name == "server_recogniser" {
+        command.arg(audio_server()).arg(name);
     } else {
         command.arg(&server.base).arg(name);
     }

@@ -151,13 +151,20 @@ fn normalize(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// `name` of `name:port`; `[v6]` of `[v6]:port`.
+/// `name` of `name:port`; `[v6]` of `[v6]:port`. Anything else after `]` than a port leaves
+/// the host whole, so it is no address (`[::1]anything` is refused).
 fn strip_port(host: &str) -> &str {
+    let is_port = |port: &str| port.bytes().all(|b| b.is_ascii_digit());
     if host.starts_with('[') {
-        return host.split_once(']').map_or(host, |(address, _)| &host[..=address.len()]);
+        return match host.split_once(']') {
+            Some((address, rest)) if rest.is_empty() || rest.strip_prefix(':').is_some_and(is_port) => {
+                &host[..=address.len()]
+            }
+            _ => host,
+        };
     }
     match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        Some((name, port)) if is_port(port) => name,
         _ => host,
     }
 }
@@ -310,6 +317,15 @@ mod tests {
         assert!(bound.admits("myhost.local:8080") && !bound.admits("other.local"));
         assert!(matches!(AllowedHosts::parse("127.0.0.1", &["*".into()]), Ok(AllowedHosts::Any)));
         assert!(AllowedHosts::Any.admits("evil.example"));
+    }
+
+    #[test]
+    fn only_a_port_may_follow_a_bracketed_address() {
+        let default = AllowedHosts::default();
+        assert!(default.admits("[::1]:8080") && default.admits("[::1]"));
+        for host in ["[::1]anything", "[::1].evil.example", "[::1]:80x", "[::1]:8080:1", "[::1]]", "[::1] "] {
+            assert!(!default.admits(host), "{host}");
+        }
         assert_eq!(AllowedHosts::parse("::", &["bad/name".into()]).expect_err("bad"), "invalid host name \"bad/name\"");
     }
 

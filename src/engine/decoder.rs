@@ -14,6 +14,7 @@ use super::ffi::{sequence_state, sequence_state_size, set_sequence_state, set_th
 use super::media::projector::{Projector, Segment};
 use super::prefix::common_prefix_len;
 use super::store::StateBytes;
+use super::threads::ThreadCounts;
 use super::EngineError;
 
 /// What a batch for the target holds.
@@ -442,17 +443,20 @@ impl<'m> Decoder<'m> {
         }
     }
 
-    /// Sets the threads of the target's and the drafter's contexts (see [`super::threads`]);
-    /// false when llama.cpp's context could not be reached (the counts then stay).
-    pub(crate) fn set_threads(&mut self, generation: u32, batch: u32) -> bool {
+    /// Sets the threads of the target's and the drafter's contexts (see [`super::threads`]) and
+    /// returns the counts llama.cpp then reports for them; `None` when a context could not be
+    /// reached or two report different counts.
+    pub(crate) fn set_threads(&mut self, counts: ThreadCounts) -> Option<ThreadCounts> {
+        let both = |a: Option<ThreadCounts>, b: Option<ThreadCounts>| a.filter(|a| Some(*a) == b);
         match self {
-            Self::Plain(ctx) => set_threads(ctx, generation, batch),
+            Self::Plain(ctx) => set_threads(ctx, counts),
             Self::Mtp(mtp) => {
-                set_threads(mtp.spec.target_context_mut(), generation, batch)
-                    && set_threads(mtp.spec.draft_context_mut(), generation, batch)
+                let target = set_threads(mtp.spec.target_context_mut(), counts);
+                both(target, set_threads(mtp.spec.draft_context_mut(), counts))
             }
             Self::Model(model) => {
-                set_threads(&mut model.target, generation, batch) && set_threads(&mut model.draft, generation, batch)
+                let target = set_threads(&mut model.target, counts);
+                both(target, set_threads(&mut model.draft, counts))
             }
         }
     }

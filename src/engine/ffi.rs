@@ -9,6 +9,8 @@ use llama_cpp_2::context::session::LlamaStateSeqFlags;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::LlamaModel;
 
+use super::threads::ThreadCounts;
+
 // `LlamaModel` must be exactly one pointer for the read below to be sound.
 const _: () = assert!(std::mem::size_of::<LlamaModel>() == std::mem::size_of::<*const ()>());
 
@@ -61,20 +63,47 @@ pub(crate) fn set_sequence_state(ctx: &mut LlamaContext<'_>, bytes: &[u8]) -> bo
 }
 
 /// Sets the threads llama.cpp computes with: `generation` for single-token batches, `batch`
-/// for prompt batches (`llama_set_n_threads`, which `llama-cpp-2` does not wrap). False,
-/// and nothing changed, when the context's pointer could not be found.
-pub(crate) fn set_threads(ctx: &mut LlamaContext<'_>, generation: u32, batch: u32) -> bool {
-    let Some(raw) = context_pointer(&format!("{ctx:?}")) else { return false };
-    let (Ok(generation), Ok(batch)) = (i32::try_from(generation), i32::try_from(batch)) else { return false };
-    // SAFETY: `llama-cpp-2` (pinned to =0.1.160) prints a context as `LlamaContext { context:
-    // 0x… }`, the address of its `llama_context`, live while `ctx` is borrowed; the call only
-    // stores the two counts in the context's parameters, read at the next decode on this thread.
-    unsafe { llama_cpp_sys_2::llama_set_n_threads(raw as *mut llama_cpp_sys_2::llama_context, generation, batch) };
-    true
+/// for prompt batches (`llama_set_n_threads`, which `llama-cpp-2` does not wrap), and returns
+/// what llama.cpp then reports for the context (`llama_n_threads`, `llama_n_threads_batch`).
+/// `None`, and nothing changed, when the context's pointer could not be found or is not this
+/// context's ([`context_pointer`]).
+pub(crate) fn set_threads(ctx: &mut LlamaContext<'_>, counts: ThreadCounts) -> Option<ThreadCounts> {
+    let raw = context_pointer(ctx)?;
+    let (generation, batch) = (i32::try_from(counts.generation).ok()?, i32::try_from(counts.batch).ok()?);
+    // SAFETY: `raw` is this context's `llama_context` (checked by `context_pointer`), live while
+    // `ctx` is borrowed mutably; the call only stores the two counts in the context's
+    // parameters, read at the next decode on this thread; the getters read them back.
+    let (generation, batch) = unsafe {
+        llama_cpp_sys_2::llama_set_n_threads(raw, generation, batch);
+        (llama_cpp_sys_2::llama_n_threads(raw), llama_cpp_sys_2::llama_n_threads_batch(raw))
+    };
+    Some(ThreadCounts { generation: u32::try_from(generation).ok()?, batch: u32::try_from(batch).ok()? })
+}
+
+/// The address of `ctx`'s `llama_context`, which `llama-cpp-2` keeps private: read from its
+/// `Debug` text ([`debug_address`]), then checked against what the safe wrapper reports
+/// through its own pointer (the context size, batch and micro-batch sizes), so that a
+/// `llama-cpp-2` whose `Debug` prints another address (the crate is pinned to =0.1.160, whose
+/// text is `LlamaContext { context: 0x… }`) is refused rather than written through.
+fn context_pointer(ctx: &LlamaContext<'_>) -> Option<*mut llama_cpp_sys_2::llama_context> {
+    checked_address(&format!("{ctx:?}"), (ctx.n_ctx(), ctx.n_batch(), ctx.n_ubatch()))
+}
+
+/// The address in `debug` ([`debug_address`]) if the context there has `shape` (context,
+/// batch and micro-batch sizes).
+fn checked_address(debug: &str, shape: (u32, u32, u32)) -> Option<*mut llama_cpp_sys_2::llama_context> {
+    let raw = debug_address(debug)? as *mut llama_cpp_sys_2::llama_context;
+    // SAFETY: in the pinned release the address is a live context's own `llama_context` (the
+    // callers hold the context it was printed from); the getters only read fields of it. The
+    // check is what guards a different release, whose text could name something else.
+    let found = unsafe {
+        (llama_cpp_sys_2::llama_n_ctx(raw), llama_cpp_sys_2::llama_n_batch(raw), llama_cpp_sys_2::llama_n_ubatch(raw))
+    };
+    (found == shape).then_some(raw)
 }
 
 /// The `llama_context` address in `llama-cpp-2`'s `Debug` text of a context.
-fn context_pointer(debug: &str) -> Option<usize> {
+fn debug_address(debug: &str) -> Option<usize> {
     let rest = debug.strip_prefix("LlamaContext { context: 0x")?;
     let hex = rest.strip_suffix(" }")?;
     usize::from_str_radix(hex, 16).ok().filter(|&address| address != 0)
@@ -201,7 +230,40 @@ pub(crate) fn flash_attention_choice(message: &[u8]) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::{context_pointer, flash_attention_choice};
+    use super::{checked_address, debug_address, flash_attention_choice, set_threads};
+    use crate::engine::threads::ThreadCounts;
+    use llama_cpp_2::context::params::LlamaContextParams;
+    use llama_cpp_2::model::params::LlamaModelParams;
+    use llama_cpp_2::model::LlamaModel;
+    use std::num::NonZeroU32;
+
+    #[test]
+    fn the_threads_are_set_on_the_context_itself_and_read_back() {
+        let backend = crate::engine::load::backend().expect("llama.cpp's backend");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).expect("SmolLM2 loads");
+        let params = |n_ctx: u32| {
+            LlamaContextParams::default()
+                .with_n_ctx(NonZeroU32::new(n_ctx))
+                .with_n_batch(128)
+                .with_n_ubatch(64)
+                .with_n_threads(2)
+                .with_n_threads_batch(2)
+        };
+        let mut small = model.new_context(backend, params(256)).expect("a context");
+        let mut large = model.new_context(backend, params(512)).expect("another");
+        let shape = |ctx: &llama_cpp_2::context::LlamaContext<'_>| (ctx.n_ctx(), ctx.n_batch(), ctx.n_ubatch());
+        // The address printed is the context's: its sizes are the ones the wrapper reports.
+        assert!(checked_address(&format!("{small:?}"), shape(&small)).is_some());
+        assert!(checked_address(&format!("{large:?}"), shape(&large)).is_some());
+        // Another (real) context's address is refused: its sizes differ.
+        assert_eq!(checked_address(&format!("{large:?}"), shape(&small)), None);
+        // What is set is what llama.cpp then reports for the context.
+        let set = ThreadCounts { generation: 1, batch: 3 };
+        assert_eq!(set_threads(&mut small, set), Some(set));
+        let other = ThreadCounts { generation: 3, batch: 1 };
+        assert_eq!(set_threads(&mut large, other), Some(other));
+    }
 
     #[test]
     fn the_flash_attention_choice_is_read_from_llama_cpp_s_messages() {
@@ -216,9 +278,9 @@ mod tests {
 
     #[test]
     fn the_context_address_is_read_from_its_debug_text() {
-        assert_eq!(context_pointer("LlamaContext { context: 0x5603a1b2c3d0 }"), Some(0x5603_a1b2_c3d0));
-        assert_eq!(context_pointer("LlamaContext { context: 0x0 }"), None);
-        assert_eq!(context_pointer("LlamaContext { context: Ptr(0x5603a1b2c3d0) }"), None);
-        assert_eq!(context_pointer("LlamaContext { context: 0x56zz }"), None);
+        assert_eq!(debug_address("LlamaContext { context: 0x5603a1b2c3d0 }"), Some(0x5603_a1b2_c3d0));
+        assert_eq!(debug_address("LlamaContext { context: 0x0 }"), None);
+        assert_eq!(debug_address("LlamaContext { context: Ptr(0x5603a1b2c3d0) }"), None);
+        assert_eq!(debug_address("LlamaContext { context: 0x56zz }"), None);
     }
 }

@@ -25,7 +25,7 @@ const DEFAULT_CTX_CAP: u32 = 8192;
 
 /// llama.cpp's backend is process-wide and may be initialised once; every engine in the
 /// process shares it (tests, a draft model).
-fn backend() -> Result<&'static LlamaBackend, EngineError> {
+pub(super) fn backend() -> Result<&'static LlamaBackend, EngineError> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {

@@ -12,10 +12,14 @@ check saves a screenshot of the console after its turns (docs/console.png).
 """
 
 import json
+import math
 import os
 import re
+import struct
 import sys
+import tempfile
 import urllib.request
+import wave
 
 from playwright.sync_api import expect, sync_playwright
 
@@ -340,6 +344,10 @@ def voice_turn(page, partials, final):
 
 def check_voice(page, base):
     voice_page(page, base)
+    # The browser's recogniser is not local, and the page says so next to the Voice button.
+    notice = page.locator("#voice-privacy")
+    expect(notice).to_be_visible()
+    expect(notice).to_contain_text("send the microphone's audio to Google's or Microsoft's servers")
     partials = ["Tell me", "Tell me about the", "Tell me about the sun"]
     prefills, request, reply = voice_turn(page, partials, "Tell me about the sun.")
     expect_that([p["messages"][-1] for p in prefills] == [{"role": "user", "content": t} for t in partials], f"{prefills}")
@@ -392,6 +400,46 @@ def check_barge_in(page, base):
     print(f"PASS barge_in: the reply was cut to {heard!r}")
 
 
+def utterance_wav(path):
+    """A 220 Hz tone for a second between seconds of silence (16 kHz mono): loud enough for the
+    page's end-of-speech detection to cut it as one utterance. Chromium's fake microphone plays
+    it in a loop."""
+    rate = 16000
+    tone = [round(0.4 * 32767 * math.sin(2 * math.pi * 220 * i / rate)) for i in range(rate)]
+    samples = [0] * rate + tone + [0] * rate
+    with wave.open(path, "wb") as clip:
+        clip.setnchannels(1)
+        clip.setsampwidth(2)
+        clip.setframerate(rate)
+        clip.writeframes(struct.pack(f"<{len(samples)}h", *samples))
+
+
+def check_server_recogniser(page, base):
+    open_console(page, base)
+    # The model takes audio: the server is offered and chosen as the recogniser, and the page
+    # says the audio goes to it only.
+    expect(page.locator("#recogniser")).to_be_visible()
+    expect(page.locator("#recogniser")).to_have_value("server")
+    expect(page.locator("#voice-privacy")).to_contain_text("transcribed by this server")
+    settings(page, max_tokens="8")
+    with page.expect_response(lambda r: r.url.endswith("/v1/audio/transcriptions"), timeout=STEP_MS) as answer:
+        page.click("#voice")
+    response = answer.value
+    expect_that(response.status == 200, f"the transcription was refused: {response.status} {response.text()}")
+    # The server inspects the clip before the projector sees it: a 200 means a well-formed WAV.
+    kind = response.request.headers.get("content-type", "")
+    expect_that(kind.startswith("multipart/form-data"), f"the clip is posted as a form: {kind}")
+    text = response.json()["text"].strip()
+    if text:
+        # The transcript is the user's turn (the projector's weights are random: any text).
+        expect(page.locator(".msg.user").first).to_have_text(text, timeout=STEP_MS)
+    page.click("#voice")
+    expect(page.locator("#voice")).to_have_attribute("aria-pressed", "false")
+    page.select_option("#recogniser", "browser")
+    expect(page.locator("#voice-privacy")).to_contain_text("send the microphone's audio to Google's or Microsoft's servers")
+    print(f"PASS server_recogniser: the clip was transcribed as {text!r}")
+
+
 CHECKS = {
     "typed_turn": check_typed_turn,
     "tool_round_trip": check_tool_round_trip,
@@ -399,6 +447,7 @@ CHECKS = {
     "api_key": check_api_key,
     "voice": check_voice,
     "barge_in": check_barge_in,
+    "server_recogniser": check_server_recogniser,
 }
 
 
@@ -407,8 +456,19 @@ def main():
     if not os.access(CHROMIUM, os.X_OK):
         print(f"FAIL {name}: no Chromium at {CHROMIUM}: install Debian's chromium (bash scripts/setup-system.sh browser; make test does)")
         sys.exit(1)
+    args = list(CHROMIUM_ARGS)
+    if name == "server_recogniser":
+        # A fake microphone playing a clip, allowed without asking.
+        clip = os.path.join(tempfile.mkdtemp(), "utterance.wav")
+        utterance_wav(clip)
+        args += [
+            "--use-fake-ui-for-media-stream",
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={clip}",
+            "--autoplay-policy=no-user-gesture-required",
+        ]
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
         context = browser.new_context(viewport={"width": 1280, "height": 1000})
         page = context.new_page()
         errors = []

@@ -32,15 +32,20 @@ export function onUnauthorized(handler) {
   unauthorized = handler;
 }
 
-/** Sends a request with the key; returns the response, or throws an {@link ApiError}. */
-export async function call(path, { body, signal } = {}) {
+/**
+ * Sends a request with the key (a JSON `body`, or a multipart `form`); returns the response, or
+ * throws an {@link ApiError}.
+ */
+export async function call(path, { body, form, signal } = {}) {
   const headers = {};
   const key = apiKey();
   if (key) headers.Authorization = `Bearer ${key}`;
-  const init = { method: body === undefined ? 'GET' : 'POST', headers, signal };
+  const init = { method: body === undefined && form === undefined ? 'GET' : 'POST', headers, signal };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
+  } else if (form !== undefined) {
+    init.body = form;
   }
   const response = await fetch(path, init);
   if (!response.ok) {

@@ -4,7 +4,7 @@
 import { apiKey, call, json, onUnauthorized, setApiKey } from './api.js';
 import { barChart, parseHistogram } from './charts.js';
 import { Conversation, EXAMPLE_TOOLS } from './chat.js';
-import { Speaker, Voice } from './voice.js';
+import { browserRecognition, canRecord, ServerRecognition, Speaker, Voice } from './voice.js';
 import { ago, bytes, cacheInWords, ms } from './words.js';
 
 const $ = (id) => document.getElementById(id);
@@ -112,6 +112,7 @@ async function connect() {
     const model = models.data[0];
     $('model').textContent = `${model.id} · ${model.meta?.n_ctx ?? '?'} tokens of context · tool calls: ${model.meta?.tool_format ?? '?'}`;
     $('health').textContent = 'ready';
+    offerServerRecognition(model.meta?.input_media ?? []);
     refreshCache();
   } catch (error) {
     $('health').textContent = 'not connected';
@@ -292,9 +293,34 @@ $('example-tools').addEventListener('click', () => {
   $('tools').value = JSON.stringify(EXAMPLE_TOOLS, null, 2);
 });
 
-if (voice.supported) {
-  $('voice').addEventListener('click', () => voice.toggle());
-} else {
+const PRIVACY = {
+  browser:
+    "Voice mode uses the browser's speech recognition: Chrome and Edge send the microphone's audio to Google's or Microsoft's servers to transcribe it.",
+  server: 'Voice mode is transcribed by this server (/v1/audio/transcriptions): the microphone\'s audio goes to it only.',
+};
+
+/** Uses the recogniser `choice` names ('server' or 'browser') and says where the audio goes. */
+function useRecogniser(choice) {
+  voice.use(choice === 'server' ? ServerRecognition : browserRecognition());
+  $('voice-privacy').textContent = PRIVACY[choice];
+  $('voice').disabled = !voice.supported;
+  if (voice.supported && !voice.on) $('voice-status').textContent = '';
+}
+
+/** When the model takes audio, offers (and picks) the server as the recogniser: nothing leaves it. */
+function offerServerRecognition(inputMedia) {
+  if (!inputMedia.includes('audio') || !canRecord()) return;
+  $('recogniser').hidden = false;
+  $('recogniser-label').hidden = false;
+  $('recogniser').value = 'server';
+  useRecogniser('server');
+}
+
+$('recogniser').addEventListener('change', () => useRecogniser($('recogniser').value));
+$('voice').addEventListener('click', () => {
+  if (voice.supported) voice.toggle();
+});
+if (!voice.supported) {
   $('voice').disabled = true;
   $('voice-status').textContent = 'This browser has no speech recognition: voice mode is off (typing works).';
 }

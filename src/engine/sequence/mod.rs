@@ -117,13 +117,41 @@ impl<'m> LiveSequence<'m> {
         }
     }
 
-    /// Lets `governor` set the threads before each batch, if llama.cpp's contexts can be
-    /// reached (`configured`, the counts they were created with, is set once to find out).
-    pub(crate) fn govern_threads(&mut self, governor: ThreadGovernor, configured: (u32, u32)) {
-        if self.decoder.set_threads(configured.0, configured.1) {
-            self.threads = Some(governor);
-        } else {
-            tracing::warn!("llama.cpp's thread counts cannot be changed here: they stay as configured");
+    /// Lets `governor` set the threads before each batch. The counts the contexts were
+    /// created with are set once first: that changes nothing, and shows that llama.cpp's
+    /// contexts can be reached and report back what is set; where they cannot, the counts
+    /// stay as configured.
+    pub(crate) fn govern_threads(&mut self, mut governor: ThreadGovernor) {
+        let configured = governor.configured();
+        let read = self.decoder.set_threads(configured);
+        if let Some(read) = read {
+            governor.applied(read);
+        }
+        if read == Some(configured) {
+            self.threads = governor.adaptive().then_some(governor);
+        } else if governor.adaptive() {
+            tracing::warn!(?read, "llama.cpp's thread counts cannot be changed here: they stay as configured");
+        }
+    }
+
+    /// Sets the counts `governor` asked for before a batch, and publishes what llama.cpp then
+    /// reports; if that is not what was set, the governor stops (the counts stay as they are).
+    fn follow_threads(&mut self, batch_tokens: usize) {
+        let Some(counts) = self.threads.as_mut().and_then(|governor| governor.before_batch(batch_tokens)) else {
+            return;
+        };
+        let read = self.decoder.set_threads(counts);
+        let Some(governor) = self.threads.as_mut() else { return };
+        if let Some(read) = read {
+            governor.applied(read);
+        }
+        if read != Some(counts) {
+            tracing::warn!(
+                ?counts,
+                ?read,
+                "llama.cpp did not take the thread counts set: they no longer follow the machine"
+            );
+            self.threads = None;
         }
     }
 
@@ -209,9 +237,7 @@ impl<'m> LiveSequence<'m> {
             return Err(EngineError::Internal("a media's placeholder tokens evaluated as text".into()));
         }
         self.save_pending_checkpoint();
-        if let Some(counts) = self.threads.as_mut().and_then(|governor| governor.before_batch(tokens.len())) {
-            self.decoder.set_threads(counts.generation, counts.batch);
-        }
+        self.follow_threads(tokens.len());
         if let Err(e) = self.decoder.decode(tokens, self.cached.len(), kind) {
             self.clear();
             return Err(e);
@@ -228,9 +254,7 @@ impl<'m> LiveSequence<'m> {
     /// records them as cached. On failure the cache is cleared.
     pub(crate) fn decode_media(&mut self, projector: &mut Projector, segment: &Segment) -> Result<(), EngineError> {
         self.save_pending_checkpoint();
-        if let Some(counts) = self.threads.as_mut().and_then(|governor| governor.before_batch(segment.tokens.len())) {
-            self.decoder.set_threads(counts.generation, counts.batch);
-        }
+        self.follow_threads(segment.tokens.len());
         if let Err(e) = self.decoder.decode_media(projector, segment, self.cached.len(), self.n_batch) {
             self.clear();
             return Err(e);

@@ -240,9 +240,7 @@ impl<'m> Session<'m> {
         };
         let threads = ThreadCounts { generation: config.threads.max(1), batch: config.threads_batch.max(1) };
         let governor = ThreadGovernor::new(threads, !config.fixed_threads, Arc::clone(&signals.threads));
-        if !config.fixed_threads {
-            sequence.govern_threads(governor, (threads.generation, threads.batch));
-        }
+        sequence.govern_threads(governor);
         // Checkpoints where a cache cannot be cut everywhere: recurrent state; a sliding window
         // (the small SWA cache drops what is older, and a restored state, full SWA cache
         // included, holds only the last window), so a prompt that leaves a stored
