@@ -476,20 +476,12 @@ impl<'m> Session<'m> {
         Ok(CompletedReply { finished, text: reply.into_text(), prompt_text, shortened, reasoning_opened })
     }
 
-    /// The most tokens a reply to `prompt_tokens` may have: the request's `max_tokens`, else
-    /// the engine's cap, and never past the context.
+    /// The most tokens a reply to `prompt_tokens` may have (see [`overflow::reply_limit`]).
     ///
     /// # Errors
-    /// [`EngineError::ContextOverflow`] when the prompt, or the prompt and `max_tokens`, do not
-    /// fit the context.
-    fn limit(&self, prompt_tokens: u32, max_tokens: Option<u32>) -> Result<u32, EngineError> {
-        let n_ctx = self.sequence.n_ctx();
-        let requested = max_tokens.unwrap_or(0);
-        let needed = prompt_tokens.saturating_add(requested);
-        if prompt_tokens >= n_ctx || needed > n_ctx {
-            return Err(EngineError::ContextOverflow { prompt_tokens, max_tokens: requested, needed, n_ctx });
-        }
-        Ok(max_tokens.or(self.n_predict).unwrap_or(u32::MAX).min(n_ctx - prompt_tokens))
+    /// [`EngineError::ContextOverflow`] when the prompt and the room the reply needs do not fit.
+    fn limit(&self, prompt_tokens: u32, request: &GenerationRequest) -> Result<u32, EngineError> {
+        overflow::reply_limit(prompt_tokens, request, self.sequence.n_ctx(), self.n_predict)
     }
 
     /// The sampler for a request's reply, with the model's reasoning format (chat prompts of a
