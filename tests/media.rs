@@ -370,6 +370,44 @@ fn transcriptions_answer_as_the_chat_turn_that_asks_for_them() {
     });
 }
 
+/// A transcription's 448 tokens per started 30 s are a ceiling, not room the clip must leave:
+/// a clip longer than 30 s × n_ctx / 448 is transcribed into what the context has left (it was
+/// refused with `context_length_exceeded`), while a chat request asking for as many tokens is
+/// still refused, and a clip whose own tokens fill the context is refused too.
+#[test]
+fn a_long_clip_is_transcribed_within_the_context_its_cap_does_not_refuse_it() {
+    const N_CTX: u32 = 512;
+    let config = EngineConfig { ctx_size: Some(N_CTX), ..config_with(audio_projector()) };
+    let server = spawn_server(Engine::start(config).expect("loads"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        // 45 s: two windows, a cap of 896 tokens, more than the whole context.
+        let seconds = 45.0;
+        assert!(seconds > 30.0 * N_CTX as f32 / 448.0);
+        let clip = tone(seconds, 440.0, 16_000);
+        let (status, _, body) = transcribe(&server.base, &[("file", Some("long.wav"), &clip)]).await;
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).expect("JSON");
+        let (input, output) = (answer["usage"]["input_tokens"].as_u64(), answer["usage"]["output_tokens"].as_u64());
+        let (input, output) = (input.expect("input tokens"), output.expect("output tokens"));
+        assert!(input > u64::from(2 * AUDIO_TOKENS) && input + output <= u64::from(N_CTX), "{body}");
+
+        // A chat request that asks for those 896 tokens keeps OpenAI's meaning: refused.
+        let chat = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "Transcribe audio to text"}, audio_part(&clip)]}], "max_tokens": 896, "temperature": 0});
+        let (status, reply) = post(&server.base, &chat).await;
+        assert_eq!((status, reply["error"]["code"].as_str()), (400, Some("context_length_exceeded")), "{reply}");
+
+        // 300 s: ten windows, 600 tokens of audio alone, more than the context.
+        let longest = tone(300.0, 440.0, 8_000);
+        let (status, _, body) = transcribe(&server.base, &[("file", Some("longest.wav"), &longest)]).await;
+        assert_eq!(status, 400, "{body}");
+        let error: Value = serde_json::from_str(&body).expect("an error envelope");
+        assert_eq!(error["error"]["code"], "context_length_exceeded", "{body}");
+        let (status, _, body) = transcribe(&server.base, &[("file", Some("long.wav"), &clip)]).await;
+        assert_eq!(status, 200, "the server goes on: {body}");
+    });
+}
+
 #[test]
 fn damaged_pictures_and_clips_get_a_200_or_a_400_never_a_crash() {
     // The decoders (stb_image, miniaudio) behind the API, fed valid files with bytes changed:

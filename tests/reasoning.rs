@@ -127,6 +127,43 @@ async fn a_json_reply_and_a_tool_call_come_after_the_reasoning() {
     assert!(serde_json::from_str::<Value>(arguments).expect("JSON arguments")["city"].is_string());
 }
 
+/// With no `reasoning_budget`, a required call, a named call and a JSON reply still arrive
+/// within `max_tokens`: the engine closes the reasoning itself while the tokens left are what
+/// the smallest valid answer needs plus a margin (the model alone thinks past 200 tokens and
+/// ended with `finish_reason: "length"` and no answer).
+#[tokio::test]
+async fn a_required_call_or_json_reply_arrives_within_max_tokens_without_a_budget() {
+    let (_guard, server) = THINKING.exclusive().await;
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": schema}},
+        {"type": "function", "function": {"name": "set_timer", "parameters": {"type": "object",
+            "properties": {"minutes": {"type": "integer"}}, "required": ["minutes"]}}}]);
+    let named = json!({"type": "function", "function": {"name": "set_timer"}});
+    for (choice, expected) in [(json!("required"), None), (named, Some("set_timer"))] {
+        let body = greedy_chat(QUESTION, 200, json!({"tools": tools, "tool_choice": choice}));
+        let (status, body) = post_json(&server.base, "/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{body}");
+        let choice = &body["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{body}");
+        let thought = body["usage"]["completion_tokens_details"]["reasoning_tokens"].as_u64().expect("n");
+        assert!((100..200).contains(&thought), "it reasoned first, and stopped in time: {body}");
+        let call = &choice["message"]["tool_calls"][0]["function"];
+        let name = call["name"].as_str().expect("a call's name");
+        assert!(expected.is_none_or(|expected| expected == name), "{body}");
+        let arguments: Value = serde_json::from_str(call["arguments"].as_str().expect("arguments")).expect("JSON");
+        let key = if name == "set_timer" { "minutes" } else { "city" };
+        assert!(arguments.get(key).is_some(), "{arguments}");
+    }
+    let format = json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}});
+    let body = greedy_chat(QUESTION, 200, json!({"response_format": format}));
+    let (status, body) = post_json(&server.base, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop", "{body}");
+    let content = body["choices"][0]["message"]["content"].as_str().expect("content");
+    let answer: Value = serde_json::from_str(content).expect("JSON content");
+    assert!(answer["city"].is_string(), "{answer}");
+}
+
 #[tokio::test]
 async fn the_responses_api_returns_reasoning_items() {
     let (_guard, server) = THINKING.exclusive().await;

@@ -81,6 +81,7 @@ fn into_job(bytes: &[u8], model: &ModelInfo) -> Result<CompletionJob, ApiError> 
     let request = GenerationRequest {
         prompt: convert_prompt(body.prompt)?,
         max_tokens: Some(token_limit("max_tokens", shared.max_tokens)?.unwrap_or(DEFAULT_MAX_TOKENS)),
+        max_tokens_is_ceiling: false,
         stop: shared.stops()?,
         sampling: shared.sampling(model)?,
         grammar: None,

@@ -88,6 +88,7 @@ impl ChatBody {
             request: GenerationRequest {
                 prompt: Prompt::Chat { messages, tools: definitions, template_kwargs },
                 max_tokens,
+                max_tokens_is_ceiling: false,
                 stop,
                 sampling,
                 grammar: constraints.grammar,

@@ -28,7 +28,9 @@ const MAX_FIELD_BYTES: usize = 4_096;
 const INSTRUCTION: &str = "Transcribe audio to text";
 
 /// Most transcript tokens per started 30 s of audio (Whisper's decoder limit per window): a
-/// model that does not stop is cut there, not at the server's generation cap.
+/// model that does not stop is cut there, not at the server's generation cap. A ceiling, not
+/// room the prompt must leave: a long clip in a small context is transcribed into what the
+/// context has left after it.
 const TOKENS_PER_WINDOW: f64 = 448.0;
 
 /// A checked transcription request.
@@ -183,6 +185,7 @@ impl TranscriptionJob {
             prompt: Prompt::chat(messages, Vec::new()),
             sampling,
             max_tokens: Some(max_tokens),
+            max_tokens_is_ceiling: true,
             media: media.into_inputs(),
             ..GenerationRequest::chat(Vec::new())
         };

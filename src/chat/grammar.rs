@@ -17,3 +17,18 @@ pub struct Grammar {
     /// output they can no longer fire.
     pub anchored_triggers: Vec<String>,
 }
+
+impl Grammar {
+    /// Whether the whole output must match the grammar from its first token (no triggers): a
+    /// required call, a JSON reply.
+    #[must_use]
+    pub fn is_eager(&self) -> bool {
+        self.triggers.is_empty() && self.anchored_triggers.is_empty()
+    }
+
+    /// The shortest text the grammar accepts (see [`crate::chat::tools::shortest_text`]).
+    #[must_use]
+    pub fn shortest_text(&self) -> Option<String> {
+        crate::chat::tools::shortest_text(&self.gbnf, &self.root)
+    }
+}

@@ -57,7 +57,7 @@ pub use handles::{EngineLoad, Generation, PendingPrefill};
 pub use request::{
     CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, Candidate, DiskStatus,
     DraftStats, Event, FinishReason, GenerationRequest, ParkingCounts, PrefillReport, Prompt, ReplyCut, Timings,
-    TokenLogprob, Usage, MAX_PREGENERATE, MAX_TOP_LOGPROBS,
+    TokenLogprob, Usage, CEILING_MIN_ROOM, MAX_PREGENERATE, MAX_TOP_LOGPROBS,
 };
 pub(crate) use request_path::RequestClock;
 pub use request_path::RequestPath;

@@ -100,6 +100,35 @@ pub(super) struct ReasoningLimit {
     pub(super) format: ReasoningFormat,
     /// Most reasoning tokens before the engine closes the reasoning itself.
     pub(super) budget: Option<u32>,
+    /// When the answer must match a grammar (a required call, JSON): the tokens of the
+    /// smallest answer it accepts, for which the reasoning keeps room ([`answer_room`]).
+    pub(super) answer_tokens: Option<u32>,
+}
+
+/// The least margin kept for an answer that must match a grammar, past its smallest form.
+pub(super) const ANSWER_MARGIN: u32 = 16;
+
+/// The tokens a reply must still have when its reasoning ends, for an answer that must match
+/// a grammar: the end of the reasoning the engine writes (`close_tokens`), the smallest answer
+/// the grammar accepts (`answer_tokens`), and a margin of half as many again, at least
+/// [`ANSWER_MARGIN`] (values longer than the smallest, whitespace).
+#[must_use]
+pub(super) fn answer_room(close_tokens: u32, answer_tokens: u32) -> u32 {
+    close_tokens.saturating_add(answer_tokens).saturating_add((answer_tokens / 2).max(ANSWER_MARGIN))
+}
+
+/// Whether the engine ends the reasoning now, with `generated` of the reply's `limit` tokens
+/// out, `reasoning` of them reasoning: its `budget` is spent, or no more tokens are left than
+/// the `room` the answer must keep ([`answer_room`]).
+#[must_use]
+pub(super) fn reasoning_must_end(
+    limit: u32,
+    generated: u32,
+    reasoning: u32,
+    budget: Option<u32>,
+    room: Option<u32>,
+) -> bool {
+    budget.is_some_and(|budget| reasoning >= budget) || room.is_some_and(|room| limit.saturating_sub(generated) <= room)
 }
 
 impl<'j> Reply<'j> {
@@ -219,8 +248,9 @@ impl<'j> Reply<'j> {
 
     /// Generates from the logits at `logits_index` on, evaluating each picked token (with
     /// drafts, through `speculating`) until the reply ends. The last picked token is not
-    /// evaluated: the next turn's prefill does that. With a reasoning budget, the end of the
-    /// reasoning is written in place of sampled tokens once the budget is spent. With a replay
+    /// evaluated: the next turn's prefill does that. The end of the reasoning is written in place
+    /// of sampled tokens once its budget is spent, or once an answer that must match a grammar
+    /// needs the tokens left ([`reasoning_must_end`]). With a replay
     /// ([`Reply::with_replay`]), the parked tokens are picked again from their saved logits by this request's own
     /// sampler: as long as it picks the same ones, nothing is evaluated; where it parts ways,
     /// the rest leaves the cache and generation goes on as usual.
@@ -258,8 +288,14 @@ impl<'j> Reply<'j> {
             .collect();
         let top_logprobs = request.logprobs.map(|n| n as usize);
         self.logprobs = top_logprobs.map(|_| LogprobQueue::default());
-        // The end of the reasoning, written token by token once the budget is spent.
+        // The end of the reasoning, written token by token once the budget is spent or the
+        // answer a grammar requires needs the tokens left.
         let mut forced: Option<VecDeque<LlamaToken>> = None;
+        let close = reasoning.map(|r| vocab.tokenize(r.format.forced_close.as_bytes(), false, true));
+        let room = reasoning
+            .and_then(|r| r.answer_tokens)
+            .zip(close.as_ref())
+            .map(|(answer, close)| answer_room(close.len() as u32, answer));
         let reason = loop {
             if self.tokens >= self.limit {
                 break FinishReason::Length;
@@ -277,9 +313,10 @@ impl<'j> Reply<'j> {
             }
             fail::fail_point!("engine::token");
             let thinking = picker.in_reasoning();
-            if let Some(ReasoningLimit { format, budget: Some(budget) }) = reasoning {
-                if thinking && forced.is_none() && self.reasoning_tokens >= budget {
-                    forced = Some(vocab.tokenize(format.forced_close.as_bytes(), false, true).into());
+            if let (Some(limit), Some(close)) = (reasoning, close.as_ref()) {
+                let end = reasoning_must_end(self.limit, self.tokens, self.reasoning_tokens, limit.budget, room);
+                if thinking && forced.is_none() && end {
+                    forced = Some(close.iter().copied().collect());
                 }
             }
             let token = match forced.as_mut().and_then(VecDeque::pop_front) {
@@ -344,5 +381,36 @@ impl<'j> Reply<'j> {
             }
             StopScan::Stopped(text) => self.end(text, FinishReason::Stop),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_keeps_its_smallest_form_the_closing_text_and_a_margin() {
+        assert_eq!(answer_room(5, 20), 5 + 20 + ANSWER_MARGIN);
+        assert_eq!(answer_room(5, 60), 5 + 60 + 30, "half the answer again past 32 tokens");
+        assert_eq!(answer_room(u32::MAX, 60), u32::MAX);
+    }
+
+    #[test]
+    fn the_reasoning_ends_when_its_budget_is_spent_or_only_the_answers_room_is_left() {
+        // No budget, no answer to keep: it never ends on the engine's word.
+        assert!(!reasoning_must_end(200, 199, 199, None, None));
+        assert!(reasoning_must_end(200, 10, 4, Some(4), None));
+        assert!(!reasoning_must_end(200, 10, 3, Some(4), None));
+        // 200 tokens, 41 kept for the answer: the reasoning takes at most 159.
+        let room = Some(answer_room(5, 20));
+        assert!(!reasoning_must_end(200, 158, 158, None, room));
+        assert!(reasoning_must_end(200, 159, 159, None, room));
+        // A limit under the room ends the reasoning at once.
+        assert!(reasoning_must_end(30, 0, 0, None, room));
+        // Whichever comes first.
+        assert!(reasoning_must_end(200, 20, 20, Some(20), room));
+        assert!(reasoning_must_end(200, 170, 100, Some(150), room));
+        // Past the limit (a replay's tokens) it still ends.
+        assert!(reasoning_must_end(200, 250, 250, None, room));
     }
 }

@@ -45,6 +45,13 @@ pub struct GenerationRequest {
     /// ([`EngineConfig::n_predict`](crate::EngineConfig)), else until the context is full. `Some(0)` only prefills
     /// the prompt into the cache (useful to warm it before the user finishes speaking).
     pub max_tokens: Option<u32>,
+    /// `max_tokens` is a ceiling, not room the reply needs: the reply gets at most `max_tokens`
+    /// and at most what the context has left after the prompt, and the request is refused only
+    /// when the prompt leaves no room for a short reply ([`CEILING_MIN_ROOM`] tokens). `false`
+    /// (OpenAI's and llama-server's meaning): the prompt and `max_tokens` must fit the context
+    /// together, else `context_length_exceeded`. Transcriptions set it: their `max_tokens` is a
+    /// cap on a model that does not stop, not a length asked for.
+    pub max_tokens_is_ceiling: bool,
     /// Generation ends before the first occurrence of any of these strings.
     pub stop: Vec<String>,
     /// How tokens are chosen.
@@ -70,6 +77,11 @@ pub struct GenerationRequest {
     pub media: Vec<crate::engine::media::MediaInput>,
 }
 
+/// The least room a reply whose `max_tokens` is a ceiling
+/// ([`GenerationRequest::max_tokens_is_ceiling`]) must have after its prompt (or `max_tokens`,
+/// if less): a prompt that leaves less is refused.
+pub const CEILING_MIN_ROOM: u32 = 16;
+
 /// Most tokens a prefill may generate ahead ([`GenerationRequest::pregenerate`]).
 pub const MAX_PREGENERATE: u32 = 256;
 
@@ -83,6 +95,7 @@ impl GenerationRequest {
         Self {
             prompt: Prompt::chat(messages, Vec::new()),
             max_tokens: None,
+            max_tokens_is_ceiling: false,
             stop: Vec::new(),
             sampling: SamplingParams::default(),
             grammar: None,

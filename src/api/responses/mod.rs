@@ -248,6 +248,7 @@ impl ResponseJob {
             request: GenerationRequest {
                 prompt: Prompt::Chat { messages, tools: definitions, template_kwargs: kwargs },
                 max_tokens: max_output_tokens,
+                max_tokens_is_ceiling: false,
                 stop: constraints.stop,
                 sampling,
                 grammar: constraints.grammar,

@@ -30,7 +30,7 @@ use super::{
     CacheStatus, Command, ContextOverflow, EngineConfig, EngineError, Event, GenerationRequest, Job, ModelInfo,
     ParkingCounts, Prompt, ReasoningFormat, RequestClock, Signals, Timings, Usage,
 };
-use crate::chat::{ChatFormat, Landmarks, ModelTemplateFacts, ReasoningSplitter};
+use crate::chat::{ChatFormat, Grammar, Landmarks, ModelTemplateFacts, ReasoningSplitter};
 use evaluate::{Evaluated, NextTurn};
 use explain::PromptParts;
 use overflow::{FittedPrompt, LastDrop};
@@ -51,6 +51,10 @@ pub(crate) use faults::panic_message;
 /// How long a shutdown waits for the disk cache's files: within the 10 s container runtimes
 /// give before they kill, after open responses had their grace.
 const SHUTDOWN_WRITE_LIMIT: Duration = Duration::from_secs(5);
+
+/// The tokens kept for an answer that must match a grammar whose shortest text cannot be
+/// worked out (a grammar firstword did not write).
+const UNREAD_ANSWER_TOKENS: u32 = 32;
 
 /// A prompt after template rendering, before tokenization.
 #[derive(Debug)]
@@ -454,8 +458,9 @@ impl<'m> Session<'m> {
 
         let generation_start = Instant::now();
         let budget = request.reasoning_budget.or(self.reasoning_budget);
+        let answer_tokens = reasoning.and(request.grammar.as_ref()).and_then(|grammar| self.smallest_answer(grammar));
         let mut reply = Reply::new(events, finish_requested, shutting_down, limit)
-            .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget }))
+            .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget, answer_tokens }))
             .with_replay(parked.as_ref().map(Parked::replay))
             .with_recording(self.recorded_steps());
         let mut speculating = Speculating::new(&mut self.depth);
@@ -497,20 +502,23 @@ impl<'m> Session<'m> {
         Ok(CompletedReply { finished, text: reply.into_text(), prompt_text, shortened, reasoning_opened })
     }
 
-    /// The most tokens a reply to `prompt_tokens` may have: the request's `max_tokens`, else
-    /// the engine's cap, and never past the context.
+    /// The most tokens a reply to `prompt_tokens` may have (see [`overflow::reply_limit`]).
     ///
     /// # Errors
-    /// [`EngineError::ContextOverflow`] when the prompt, or the prompt and `max_tokens`, do not
-    /// fit the context.
-    fn limit(&self, prompt_tokens: u32, max_tokens: Option<u32>) -> Result<u32, EngineError> {
-        let n_ctx = self.sequence.n_ctx();
-        let requested = max_tokens.unwrap_or(0);
-        let needed = prompt_tokens.saturating_add(requested);
-        if prompt_tokens >= n_ctx || needed > n_ctx {
-            return Err(EngineError::ContextOverflow { prompt_tokens, max_tokens: requested, needed, n_ctx });
+    /// [`EngineError::ContextOverflow`] when the prompt and the room the reply needs do not fit.
+    fn limit(&self, prompt_tokens: u32, request: &GenerationRequest) -> Result<u32, EngineError> {
+        overflow::reply_limit(prompt_tokens, request, self.sequence.n_ctx(), self.n_predict)
+    }
+
+    /// The tokens of the smallest answer an eager `grammar` (a required call, JSON) accepts,
+    /// [`UNREAD_ANSWER_TOKENS`] when its shortest text cannot be worked out; `None` for a lazy
+    /// grammar, whose answer may be free text.
+    fn smallest_answer(&self, grammar: &Grammar) -> Option<u32> {
+        if !grammar.is_eager() {
+            return None;
         }
-        Ok(max_tokens.or(self.n_predict).unwrap_or(u32::MAX).min(n_ctx - prompt_tokens))
+        let Some(text) = grammar.shortest_text() else { return Some(UNREAD_ANSWER_TOKENS) };
+        Some(self.tokenizer.model().vocab().tokenize(text.as_bytes(), false, true).len() as u32)
     }
 
     /// The sampler for a request's reply, with the model's reasoning format (chat prompts of a

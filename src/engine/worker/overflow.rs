@@ -9,7 +9,7 @@ use super::{PromptInput, Session};
 use crate::chat::tools::ToolDefinition;
 use crate::chat::{ChatMessage, Landmarks, TemplateKwargs, Turns};
 use crate::engine::media::MediaSpan;
-use crate::engine::{ContextOverflow, EngineError, GenerationRequest, Prompt};
+use crate::engine::{ContextOverflow, EngineError, GenerationRequest, Prompt, CEILING_MIN_ROOM};
 
 /// A prompt ready to evaluate.
 pub(super) struct FittedPrompt {
@@ -54,7 +54,7 @@ impl Session<'_> {
     ) -> Result<FittedPrompt, EngineError> {
         let text = prompt.text().map(str::to_owned);
         let (tokens, media) = self.prompt_tokens(prompt, &request.media)?;
-        let overflow = match self.limit(tokens.len() as u32, request.max_tokens) {
+        let overflow = match self.limit(tokens.len() as u32, request) {
             Ok(limit) => {
                 return Ok(FittedPrompt {
                     tokens,
@@ -92,19 +92,21 @@ impl Session<'_> {
         kwargs: &TemplateKwargs,
         request: &GenerationRequest,
     ) -> Result<FittedPrompt, Option<EngineError>> {
-        let max_tokens = request.max_tokens;
         let last = self.last_drop;
         let turns = Turns::of(messages);
         let n_ctx = self.sequence.n_ctx();
         // Without max_tokens the reply keeps a quarter of the context (or --n-predict, if less).
-        let room = max_tokens.unwrap_or_else(|| self.n_predict.unwrap_or(n_ctx).min(n_ctx / 4));
+        let room = match request.max_tokens {
+            Some(_) => required_room(request),
+            None => self.n_predict.unwrap_or(n_ctx).min(n_ctx / 4),
+        };
         let fits = |fitted: &FittedPrompt, target: u32| (fitted.tokens.len() as u32).saturating_add(room) <= target;
         let mut shorten = |dropped: usize| -> Result<FittedPrompt, EngineError> {
             let (kept, dropped_messages) =
                 turns.without_oldest(dropped).ok_or_else(|| EngineError::Internal("no turn left to keep".into()))?;
             let rendered = self.chat.render_with(&kept, tools, kwargs)?;
             let (tokens, media) = self.prompt_tokens(PromptInput::Text(rendered.text.clone()), &request.media)?;
-            let limit = self.limit(tokens.len() as u32, max_tokens)?;
+            let limit = self.limit(tokens.len() as u32, request)?;
             Ok(FittedPrompt {
                 tokens,
                 text: Some(rendered.text),
@@ -157,6 +159,36 @@ impl Session<'_> {
     }
 }
 
+/// The room a reply must have in the context after its prompt: its `max_tokens`, or, when that
+/// is a ceiling ([`GenerationRequest::max_tokens_is_ceiling`]), only [`CEILING_MIN_ROOM`] (or
+/// `max_tokens`, if less); none without `max_tokens`.
+pub(super) fn required_room(request: &GenerationRequest) -> u32 {
+    match request.max_tokens {
+        Some(cap) if request.max_tokens_is_ceiling => cap.min(CEILING_MIN_ROOM),
+        requested => requested.unwrap_or(0),
+    }
+}
+
+/// The most tokens a reply to `prompt_tokens` may have in a context of `n_ctx`: the request's
+/// `max_tokens`, else `n_predict`, and never past the context.
+///
+/// # Errors
+/// [`EngineError::ContextOverflow`] when the prompt and the room the reply needs
+/// ([`required_room`]) do not fit the context.
+pub(super) fn reply_limit(
+    prompt_tokens: u32,
+    request: &GenerationRequest,
+    n_ctx: u32,
+    n_predict: Option<u32>,
+) -> Result<u32, EngineError> {
+    let required = required_room(request);
+    let needed = prompt_tokens.saturating_add(required);
+    if prompt_tokens >= n_ctx || needed > n_ctx {
+        return Err(EngineError::ContextOverflow { prompt_tokens, max_tokens: required, needed, n_ctx });
+    }
+    Ok(request.max_tokens.or(n_predict).unwrap_or(u32::MAX).min(n_ctx - prompt_tokens))
+}
+
 /// A hash of messages' roles, texts and calls (which identifies a conversation's oldest turns).
 fn hash_messages(messages: &[ChatMessage]) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -170,4 +202,52 @@ fn hash_messages(messages: &[ChatMessage]) -> u64 {
         }
     }
     hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asking(max_tokens: Option<u32>, ceiling: bool) -> GenerationRequest {
+        GenerationRequest { max_tokens, max_tokens_is_ceiling: ceiling, ..GenerationRequest::chat(Vec::new()) }
+    }
+
+    fn needed(result: Result<u32, EngineError>) -> Option<(u32, u32)> {
+        match result {
+            Err(EngineError::ContextOverflow { max_tokens, needed, .. }) => Some((max_tokens, needed)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn max_tokens_is_room_the_prompt_must_leave_unless_it_is_a_ceiling() {
+        // 300 s of audio: 4,480 tokens allowed, a 697-token prompt, a 2,048-token context.
+        let required = asking(Some(4_480), false);
+        assert_eq!(needed(reply_limit(697, &required, 2_048, None)), Some((4_480, 5_177)));
+        let ceiling = asking(Some(4_480), true);
+        assert_eq!(reply_limit(697, &ceiling, 2_048, None).ok(), Some(2_048 - 697));
+        // A ceiling under the room left is the limit, as a required length is.
+        assert_eq!(reply_limit(697, &asking(Some(300), true), 2_048, None).ok(), Some(300));
+        assert_eq!(reply_limit(697, &asking(Some(300), false), 2_048, None).ok(), Some(300));
+    }
+
+    #[test]
+    fn a_ceiling_still_needs_room_for_a_short_reply() {
+        let ceiling = asking(Some(4_480), true);
+        let last_fitting = 2_048 - CEILING_MIN_ROOM;
+        assert_eq!(reply_limit(last_fitting, &ceiling, 2_048, None).ok(), Some(CEILING_MIN_ROOM));
+        assert_eq!(needed(reply_limit(last_fitting + 1, &ceiling, 2_048, None)), Some((CEILING_MIN_ROOM, 2_048 + 1)));
+        // A ceiling under the minimum needs only itself.
+        assert_eq!(reply_limit(2_044, &asking(Some(4), true), 2_048, None).ok(), Some(4));
+        assert!(reply_limit(2_048, &asking(Some(4), true), 2_048, None).is_err(), "a prompt filling the context");
+    }
+
+    #[test]
+    fn without_max_tokens_the_engine_cap_applies_within_the_context() {
+        let open = asking(None, false);
+        assert_eq!(reply_limit(100, &open, 2_048, Some(512)).ok(), Some(512));
+        assert_eq!(reply_limit(1_900, &open, 2_048, Some(512)).ok(), Some(148));
+        assert_eq!(reply_limit(1_900, &open, 2_048, None).ok(), Some(148));
+        assert!(reply_limit(2_048, &open, 2_048, None).is_err());
+    }
 }

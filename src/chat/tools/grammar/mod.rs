@@ -222,7 +222,7 @@ fn calls_grammar(format: &ToolFormat, tools: &[&CheckedTool], parallel: bool, la
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::tools::ToolDefinition;
+    use crate::chat::tools::{ToolCallParser, ToolDefinition};
     use serde_json::json;
 
     fn tools() -> ToolSet {
@@ -353,6 +353,35 @@ mod tests {
                 assert_ne!(required, one, "{format:?}: required with parallel calls allows several");
             }
         }
+    }
+
+    #[test]
+    fn the_shortest_text_of_a_required_call_or_json_grammar_is_a_valid_answer() {
+        let hermes =
+            request_grammar(&ToolFormat::hermes(), &tools(), &ToolChoice::Required, false, None).expect("grammar");
+        assert_eq!(
+            hermes.shortest_text().as_deref(),
+            Some("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"\"}}\n</tool_call>")
+        );
+        for format in &ToolFormat::examples() {
+            for choice in [ToolChoice::Required, ToolChoice::Function("set_timer".into())] {
+                let grammar = request_grammar(format, &tools(), &choice, true, None).expect("grammar");
+                let text = grammar.shortest_text().unwrap_or_else(|| panic!("{format:?}: no text:\n{}", grammar.gbnf));
+                let mut parser = ToolCallParser::new(format.clone()).with_tools(&tools());
+                parser.push(&text);
+                let (_, calls) = parser.finish();
+                let [call] = calls.as_slice() else { panic!("{format:?}: one call in {text:?}: {calls:?}") };
+                assert!(call.complete, "{format:?}: {text:?}");
+                tools().check_arguments(&call.name, &call.arguments).expect("arguments the schema accepts");
+            }
+        }
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}, "tags": {"type": "array",
+            "items": {"type": "string"}}}, "required": ["n", "tags"]});
+        let output = OutputSchema::new(&schema).expect("schema");
+        let json =
+            request_grammar(&ToolFormat::hermes(), &tools(), &ToolChoice::None, true, Some(&output)).expect("grammar");
+        let text = json.shortest_text().expect("a text");
+        output.check(&text).expect("JSON the schema accepts");
     }
 
     #[test]
