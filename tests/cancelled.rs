@@ -68,7 +68,9 @@ fn a_request_sent_again_after_its_client_left_is_adopted() {
         let cache = answer.timings.cache;
         eprintln!("{name}: {cache:?}\nadopted {:?}\nalone {:?}", answer.text, expected.text);
         assert_eq!(outcome(&answer), outcome(&expected), "{name}: adoption changed the answer");
-        assert!(cache.adopted as usize >= received, "{name}: what the client had is adopted: {cache:?}");
+        // The decode step of the last token it had may have been stopped when it left (that
+        // token is then picked again from its parked logits and evaluated after it is sent).
+        assert!(cache.adopted as usize + 1 >= received, "{name}: what the client had is adopted: {cache:?}");
         assert!(cache.adopted < answer.usage.completion_tokens, "{name}: nothing was generated after it left");
         assert_eq!(cache.prefilled, 0, "{name}: nothing evaluated before the first token: {cache:?}");
     }

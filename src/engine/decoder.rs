@@ -9,8 +9,9 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::speculative::MtpSpeculative;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::DecodeError;
 
-use super::ffi::{sequence_state, sequence_state_size, set_sequence_state, set_threads};
+use super::ffi::{sequence_state, sequence_state_size, set_sequence_state, set_threads, stop_decodes_with, DecodeStop};
 use super::media::projector::{Projector, Segment};
 use super::prefix::common_prefix_len;
 use super::store::StateBytes;
@@ -314,6 +315,16 @@ impl<'m> Decoder<'m> {
         }
     }
 
+    /// Lets `stop` end a decode of the target midway (see [`stop_decodes_with`]); only without
+    /// a drafter, whose context would have to follow. False where it could not be set. The
+    /// caller keeps `stop` as long as the decoder.
+    pub(crate) fn stop_decodes_with(&mut self, stop: &Arc<DecodeStop>) -> bool {
+        match self {
+            Self::Plain(ctx) => stop_decodes_with(ctx, stop),
+            Self::Mtp(_) | Self::Model(_) => false,
+        }
+    }
+
     fn target_mut(&mut self) -> &mut LlamaContext<'m> {
         match self {
             Self::Plain(ctx) => ctx,
@@ -412,7 +423,11 @@ impl<'m> Decoder<'m> {
         if let Self::Mtp(mtp) = self {
             mtp.flush();
         }
-        self.target_mut().decode(&mut batch).map_err(|e| EngineError::Decode(e.to_string()))?;
+        self.target_mut().decode(&mut batch).map_err(|e| match e {
+            // llama.cpp's code for a decode its abort callback stopped ([`Self::stop_decodes_with`]).
+            DecodeError::Unknown(2) => EngineError::DecodeStopped,
+            e => EngineError::Decode(e.to_string()),
+        })?;
         if let Self::Mtp(mtp) = self {
             if kind != BatchKind::Generated {
                 mtp.catch_up += tokens.len() as u32;

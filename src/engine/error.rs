@@ -120,6 +120,10 @@ pub enum EngineError {
     /// llama.cpp failed to evaluate a batch.
     #[error("llama.cpp decode failed: {0}")]
     Decode(String),
+    /// A reply's decode step was stopped midway because its client had left: the reply ends
+    /// as cancelled (never sent to a client).
+    #[error("the decode step was stopped: the client left")]
+    DecodeStopped,
     /// The inference thread panicked while serving this request (a bug): the request was
     /// abandoned, the cache cleared, and the thread serves the next request.
     #[error("internal error while serving this request ({0}); the cache was cleared and the server goes on")]

@@ -2,8 +2,11 @@
 //! the model's sliding window, a sequence's state as plain bytes (the state store keeps them in
 //! RAM and writes them to disk; `llama-cpp-2`'s safe `SeqState` cannot be written), and what
 //! llama.cpp chose for an `auto` flash-attention policy (read from its log), and the threads a
-//! context computes with.
+//! context computes with, and the check that stops a reply's decode step midway once its client
+//! has left.
 #![allow(unsafe_code)]
+
+use std::sync::Arc;
 
 use llama_cpp_2::context::session::LlamaStateSeqFlags;
 use llama_cpp_2::context::LlamaContext;
@@ -78,6 +81,53 @@ pub(crate) fn set_threads(ctx: &mut LlamaContext<'_>, counts: ThreadCounts) -> O
         (llama_cpp_sys_2::llama_n_threads(raw), llama_cpp_sys_2::llama_n_threads_batch(raw))
     };
     Some(ThreadCounts { generation: u32::try_from(generation).ok()?, batch: u32::try_from(batch).ok()? })
+}
+
+/// Whether a decode in progress should stop (called from llama.cpp's compute threads).
+pub(crate) type StopCheck = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// The check llama.cpp's abort callback asks between a decode's graph nodes (the CPU backend
+/// asks after every node; others not at all): none outside a reply's steps.
+#[derive(Default)]
+pub(crate) struct DecodeStop(parking_lot::Mutex<Option<StopCheck>>);
+
+impl DecodeStop {
+    /// Sets the check the next decodes ask (`None`: they are never stopped).
+    pub(crate) fn set(&self, check: Option<StopCheck>) {
+        *self.0.lock() = check;
+    }
+
+    /// Whether the check says stop. Never waits: while the check is being replaced it says go on.
+    fn requested(&self) -> bool {
+        self.0.try_lock().is_some_and(|check| check.as_ref().is_some_and(|check| check()))
+    }
+}
+
+/// Lets `stop` end `ctx`'s decodes midway (`llama_set_abort_callback`): llama.cpp then removes
+/// the positions of the micro-batch it was computing from the cache and `llama_decode` returns 2.
+/// The caller keeps `stop` alive (its `Arc`) as long as `ctx`. False, and nothing set, when the
+/// context's pointer could not be found ([`context_pointer`]).
+pub(crate) fn stop_decodes_with(ctx: &mut LlamaContext<'_>, stop: &Arc<DecodeStop>) -> bool {
+    let Some(raw) = context_pointer(ctx) else { return false };
+    // SAFETY: `raw` is this context's `llama_context` (checked by `context_pointer`); the call
+    // stores the callback and its data in the context. The data is the `DecodeStop` the caller
+    // keeps alive as long as the context (documented above), read only through `&`.
+    unsafe {
+        llama_cpp_sys_2::llama_set_abort_callback(
+            raw,
+            Some(decode_stop_requested),
+            Arc::as_ptr(stop).cast_mut().cast::<std::ffi::c_void>(),
+        );
+    }
+    true
+}
+
+/// llama.cpp's abort callback: asks the [`DecodeStop`] at `data`.
+unsafe extern "C" fn decode_stop_requested(data: *mut std::ffi::c_void) -> bool {
+    // SAFETY: `data` is the `DecodeStop` given to `stop_decodes_with`, alive as long as the
+    // context that calls this; it is shared (`Sync`) and only read here.
+    let stop = unsafe { &*data.cast_const().cast::<DecodeStop>() };
+    stop.requested()
 }
 
 /// The address of `ctx`'s `llama_context`, which `llama-cpp-2` keeps private: read from its

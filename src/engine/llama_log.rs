@@ -89,6 +89,7 @@ pub(crate) fn log_piece(level: llama_cpp_sys_2::ggml_log_level, text: &str) {
         Err(poisoned) => poisoned.into_inner().push(LogLevel::from_ggml(level), text),
     };
     for (level, line) in lines {
+        let level = if level != LogLevel::Debug && reports_a_stopped_decode(&line) { LogLevel::Debug } else { level };
         match level {
             LogLevel::Error => tracing::error!(target: "llama-cpp-2", "{line}"),
             LogLevel::Warn => tracing::warn!(target: "llama-cpp-2", "{line}"),
@@ -98,9 +99,39 @@ pub(crate) fn log_piece(level: llama_cpp_sys_2::ggml_log_level, text: &str) {
     }
 }
 
+/// Whether `line` is one of llama.cpp's lines about a decode its abort callback stopped (a
+/// reply whose client left, see `ffi::stop_decodes_with`): expected, so not a warning. Status 1
+/// is `GGML_STATUS_ABORTED`, `llama_decode`'s 2 an abort; the removal of the stopped batch's
+/// positions follows every failed batch (a real failure still logs its own error).
+fn reports_a_stopped_decode(line: &str) -> bool {
+    line.ends_with("graph_compute_async failed with error 1")
+        || line.ends_with("failed to compute graph, compute status: 1")
+        || line.ends_with("failed to decode, ret = 2")
+        || line.contains("removing memory module entries")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{LineAssembler, LogLevel};
+    use super::{reports_a_stopped_decode, LineAssembler, LogLevel};
+
+    #[test]
+    fn a_stopped_decode_is_told_apart_from_a_failed_one() {
+        // llama.cpp's lines for a decode its abort callback stopped.
+        for line in [
+            "graph_compute: ggml_backend_sched_graph_compute_async failed with error 1",
+            "process_ubatch: failed to compute graph, compute status: 1",
+            "decode: removing memory module entries for seq_id = 0, pos = [27, +inf)",
+            "llama_decode: failed to decode, ret = 2",
+        ] {
+            assert!(reports_a_stopped_decode(line), "{line}");
+        }
+        // A real failure keeps its level.
+        for line in
+            ["llama_decode: failed to decode, ret = -3", "process_ubatch: failed to compute graph, compute status: -1"]
+        {
+            assert!(!reports_a_stopped_decode(line), "{line}");
+        }
+    }
 
     #[test]
     fn a_continuation_with_nothing_before_it_is_a_debug_line() {

@@ -26,7 +26,11 @@ pub(super) enum Halt {
 
 impl From<EngineError> for Halt {
     fn from(e: EngineError) -> Self {
-        Self::Failed(e)
+        match e {
+            // Stopped because the client left.
+            EngineError::DecodeStopped => Self::Cancelled,
+            e => Self::Failed(e),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! sliding window, recurrent state that rolls back only so far) sit in one place. Saving it
 //! to, and restoring it from, the RAM store and the disk cache is in [`saved`].
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::context::LlamaContext;
@@ -11,6 +12,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::decoder::{BatchKind, Decoder, Proposal, SavedState};
 use super::disk::DiskCache;
+use super::ffi::{DecodeStop, StopCheck};
 use super::media::projector::{Projector, Segment};
 use super::media::{is_placeholder, MediaSpan};
 use super::policy::{self, CacheShape, EvaluationPlan, LiveView, RestoreCosts};
@@ -58,6 +60,10 @@ pub(crate) struct LiveSequence<'m> {
     /// Sets llama.cpp's threads before a batch, following the machine's load; `None`: the
     /// configured counts always.
     threads: Option<ThreadGovernor>,
+    /// What may stop a decode midway (a reply's client that left); `None` where decodes are
+    /// never stopped (a drafter, recurrent state, a context llama.cpp's callback could not be
+    /// set on). Declared after `decoder`, so the context it is set on is dropped first.
+    decode_stop: Option<Arc<DecodeStop>>,
 }
 
 /// A prompt's media, and the projector that evaluates them (none for prompts without media).
@@ -98,6 +104,10 @@ impl<'m> LiveSequence<'m> {
         recurrent: bool,
         rs_snapshots: usize,
     ) -> Self {
+        let mut decoder = decoder;
+        // A recurrent state stopped midway may be half written: its decodes always finish.
+        let stop = Arc::new(DecodeStop::default());
+        let decode_stop = (!recurrent && decoder.stop_decodes_with(&stop)).then_some(stop);
         Self {
             decoder,
             cached: Vec::new(),
@@ -114,7 +124,17 @@ impl<'m> LiveSequence<'m> {
             costs: RestoreCosts::default(),
             reply: None,
             threads: None,
+            decode_stop,
         }
+    }
+
+    /// Sets what stops the next decodes midway (`None`: nothing does), where they can be
+    /// stopped; returns whether they can. A decode it stops fails with
+    /// [`EngineError::DecodeStopped`].
+    pub(crate) fn stop_decodes_when(&self, check: Option<StopCheck>) -> bool {
+        let Some(stop) = &self.decode_stop else { return false };
+        stop.set(check);
+        true
     }
 
     /// Lets `governor` set the threads before each batch. The counts the contexts were
@@ -238,9 +258,14 @@ impl<'m> LiveSequence<'m> {
         }
         self.save_pending_checkpoint();
         self.follow_threads(tokens.len());
-        if let Err(e) = self.decoder.decode(tokens, self.cached.len(), kind) {
-            self.clear();
-            return Err(e);
+        match self.decoder.decode(tokens, self.cached.len(), kind) {
+            // llama.cpp removed the stopped token's position: the cache holds what it held.
+            Err(EngineError::DecodeStopped) if tokens.len() == 1 => return Err(EngineError::DecodeStopped),
+            Err(e) => {
+                self.clear();
+                return Err(e);
+            }
+            Ok(()) => {}
         }
         self.cached.extend_from_slice(tokens);
         self.rewindable = (tokens.len() - 1).min(self.rs_snapshots);

@@ -465,8 +465,13 @@ impl<'m> Session<'m> {
             .with_recording(self.recorded_steps());
         let mut speculating = Speculating::new(&mut self.depth);
         self.sequence.begin_reply(fitted.tokens.len());
+        // A client that leaves during a decode step stops it there: the next request (the same
+        // one sent again, often) is not kept waiting for a token nobody reads.
+        let watched = events.clone();
+        self.sequence.stop_decodes_when(Some(Box::new(move || watched.is_closed())));
         let outcome =
             reply.generate(&self.tokenizer, request, picker, &mut self.sequence, &mut speculating, logits_index);
+        self.sequence.stop_decodes_when(None);
         cache.adopted = reply.adopted();
         if let Err(e) = speculating.end_round(&mut self.sequence) {
             // The reply itself is complete; only the cache for the next turn is lost.
