@@ -4,7 +4,10 @@
 //! wire shapes (NDJSON streams, `{"error": "..."}` errors, nanosecond durations) are Ollama's.
 //! `docs/ollama.md` lists what is and is not implemented, field by field.
 
+mod chat;
 mod models;
+mod reply;
+mod request;
 
 #[cfg(test)]
 pub(crate) use models::{parameter_size, quantization};
@@ -30,6 +33,7 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/version", get(models::version))
         .route("/api/tags", get(models::tags))
         .route("/api/show", post(models::show))
+        .route("/api/chat", post(chat::chat))
         .route("/api/ps", get(models::running))
         .route("/api/pull", post(|| models::management("pulling models")))
         .route("/api/push", post(|| models::management("pushing models")))
