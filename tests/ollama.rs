@@ -119,3 +119,23 @@ async fn tools_come_back_as_ollama_calls_or_as_text_never_as_json_content() {
         }
     }
 }
+
+#[tokio::test]
+async fn generate_answers_templated_and_raw_prompts_and_an_empty_one_only_loads() {
+    let server = server();
+    let base = &server.base;
+    let options = json!({"temperature": 0, "num_predict": 8});
+    for raw in [false, true] {
+        let body = json!({"prompt": "The capital of France is", "raw": raw, "stream": false, "options": options});
+        let (status, answer) = post_lines(base, "/api/generate", &body).await;
+        assert_eq!(status, 200, "{answer:?}");
+        assert!(answer[0]["response"].as_str().is_some_and(|r| !r.is_empty()), "{answer:?}");
+        assert!(answer[0]["eval_count"].as_u64().is_some_and(|n| (1..=8).contains(&n)), "{answer:?}");
+    }
+    let (status, loaded) = post_lines(base, "/api/generate", &json!({"model": "SmolLM2-135M-Instruct.Q4_1"})).await;
+    assert_eq!(status, 200, "{loaded:?}");
+    assert_eq!((&loaded[0]["done"], &loaded[0]["done_reason"]), (&json!(true), &json!("load")));
+    let (status, embed) = post_lines(base, "/api/embed", &json!({"input": "hi"})).await;
+    assert_eq!(status, 501);
+    assert!(embed[0]["error"].is_string());
+}

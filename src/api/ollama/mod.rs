@@ -5,6 +5,7 @@
 //! `docs/ollama.md` lists what is and is not implemented, field by field.
 
 mod chat;
+mod generate;
 mod models;
 mod reply;
 mod request;
@@ -34,6 +35,9 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .route("/api/tags", get(models::tags))
         .route("/api/show", post(models::show))
         .route("/api/chat", post(chat::chat))
+        .route("/api/generate", post(generate::generate))
+        .route("/api/embed", post(generate::embed))
+        .route("/api/embeddings", post(generate::embed))
         .route("/api/ps", get(models::running))
         .route("/api/pull", post(|| models::management("pulling models")))
         .route("/api/push", post(|| models::management("pushing models")))

@@ -17,6 +17,8 @@ use crate::engine::{Event, Timings, Usage};
 pub(super) enum Kind {
     /// `/api/chat`.
     Chat,
+    /// `/api/generate`.
+    Generate,
 }
 
 /// What every object of one answer carries.
@@ -57,6 +59,12 @@ impl Answering {
                 }
                 object.insert("message".into(), message);
             }
+            Kind::Generate => {
+                object.insert("response".into(), json!(content));
+                if let Some(thinking) = thinking {
+                    object.insert("thinking".into(), json!(thinking));
+                }
+            }
         }
         object.insert("done".into(), json!(done));
         object
@@ -75,6 +83,14 @@ impl Answering {
         object.insert("prompt_eval_duration".into(), json!(nanos(timings.prompt)));
         object.insert("eval_count".into(), json!(usage.completion_tokens));
         object.insert("eval_duration".into(), json!(nanos(timings.generation)));
+        Value::Object(object)
+    }
+
+    /// The answer to a request that only asks for the model to be loaded (an empty prompt):
+    /// done at once, `done_reason` `load`, as Ollama answers it.
+    pub(super) fn loaded(&self) -> Value {
+        let mut object = self.object("", None, None, true);
+        object.insert("done_reason".into(), json!("load"));
         Value::Object(object)
     }
 

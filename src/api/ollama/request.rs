@@ -14,6 +14,8 @@ pub(super) struct Mapped {
     pub body: Value,
     /// Answer as an NDJSON stream (Ollama's default) or one object.
     pub stream: bool,
+    /// `/api/generate` with `raw`: the prompt, sent as it is instead of the templated turn.
+    pub raw: Option<String>,
 }
 
 /// `options` Ollama clients send that the one resident model and its context make moot
@@ -81,7 +83,51 @@ pub(super) fn chat(mut body: Map<String, Value>, model: &ModelInfo) -> Result<Ma
     if let Some(tools) = body.remove("tools").filter(|t| !t.is_null()) {
         openai.insert("tools".into(), tools);
     }
-    Ok(Mapped { stream: stream(&body)?, body: Value::Object(openai) })
+    Ok(Mapped { stream: stream(&body)?, body: Value::Object(openai), raw: None })
+}
+
+/// `POST /api/generate`'s body as a chat-completions body: `system` and `prompt` (with its
+/// `images`) the conversation's turns. With `raw` the prompt is sent as it is, untemplated:
+/// [`Mapped::raw`] holds it, and the job's prompt is replaced by it after conversion.
+///
+/// # Errors
+/// As [`chat`]; also a 400 for `suffix` and `template`, which this server does not take, and
+/// for `images` with `raw` (a raw prompt has no place for them).
+pub(super) fn generate(mut body: Map<String, Value>, model: &ModelInfo) -> Result<Mapped, ApiError> {
+    let mut openai = common(&mut body, model)?;
+    for field in ["suffix", "template"] {
+        if body.get(field).is_some_and(|v| !v.is_null() && v != "") {
+            return Err(ApiError::invalid(field, format!("'{field}' is not supported by this server")));
+        }
+    }
+    let text = |field: &str, body: &mut Map<String, Value>| match body.remove(field) {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(text)) => Ok(text),
+        Some(_) => Err(ApiError::invalid(field, format!("'{field}' must be a string"))),
+    };
+    let prompt = text("prompt", &mut body)?;
+    let system = text("system", &mut body)?;
+    let raw = match body.get("raw") {
+        None | Some(Value::Null | Value::Bool(false)) => false,
+        Some(Value::Bool(true)) => true,
+        Some(_) => return Err(ApiError::invalid("raw", "'raw' must be true or false")),
+    };
+    let images = body.remove("images").filter(|v| !v.is_null());
+    if raw && images.is_some() {
+        return Err(ApiError::invalid("images", "a 'raw' prompt cannot take 'images'; send them without 'raw'"));
+    }
+    let mut user = json!({"role": "user", "content": prompt});
+    if let Some(images) = images {
+        user["images"] = images;
+    }
+    let mut messages = Vec::new();
+    if !system.is_empty() && !raw {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    messages.push(user);
+    openai.insert("messages".into(), Value::Array(messages_of(messages)?));
+    let stream = stream(&body)?;
+    Ok(Mapped { stream, body: Value::Object(openai), raw: raw.then_some(prompt) })
 }
 
 /// What chat and generate share: the model, `options`, `format`, `think` and `keep_alive`.

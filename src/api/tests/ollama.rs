@@ -289,3 +289,70 @@ async fn a_larger_num_ctx_does_not_grow_the_context_an_overlong_prompt_gets_a_40
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     assert!(answer["error"].as_str().is_some_and(|m| m.contains("4096")), "{answer}");
 }
+
+#[tokio::test]
+async fn generate_answers_a_prompt_as_a_one_turn_chat_or_raw_text() {
+    let engine = replying(&["Par", "is"], FinishReason::Stop);
+    let body = json!({"model": "test-model", "prompt": "Capital of France?", "system": "Be brief.", "stream": false,
+        "context": [1, 2, 3], "options": {"num_predict": 5}});
+    let (status, answer) = call(&engine, Method::POST, "/api/generate", body.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        (&answer["response"], &answer["done"], &answer["done_reason"]),
+        (&json!("Paris"), &json!(true), &json!("stop"))
+    );
+    assert!(answer.get("context").is_none() && answer.get("message").is_none(), "{answer}");
+    {
+        let submitted = engine.submitted.lock();
+        let crate::engine::Prompt::Chat { messages, .. } = &submitted[0].prompt else { panic!("a chat prompt") };
+        let turns: Vec<_> = messages.iter().map(|m| (m.role, m.content.as_str())).collect();
+        use crate::chat::Role;
+        assert_eq!(turns, [(Role::System, "Be brief."), (Role::User, "Capital of France?")]);
+        assert_eq!(submitted[0].max_tokens, Some(5));
+    }
+
+    let engine = replying(&[" Paris"], FinishReason::Length);
+    let body = json!({"prompt": "The capital of France is", "raw": true, "system": "ignored when raw"});
+    let response = send(
+        &engine,
+        super::router::request(Method::POST, "/api/generate", "application/json", Body::from(body.to_string())),
+    )
+    .await;
+    assert_eq!(response.headers()[header::CONTENT_TYPE], "application/x-ndjson");
+    let text = text_of(response).await;
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let streamed: String = lines.iter().filter_map(|l| l["response"].as_str()).collect();
+    assert_eq!(streamed, " Paris");
+    assert_eq!(lines.last().map(|l| l["done_reason"].clone()), Some(json!("length")));
+    let submitted = engine.submitted.lock();
+    assert!(matches!(&submitted[0].prompt, crate::engine::Prompt::Text(t) if t == "The capital of France is"));
+}
+
+#[tokio::test]
+async fn an_empty_generate_only_loads_and_embeddings_are_501() {
+    let engine = replying(&["never"], FinishReason::Stop);
+    let (status, answer) =
+        call(&engine, Method::POST, "/api/generate", json!({"model": "test-model"}).to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        (&answer["done"], &answer["done_reason"], &answer["response"]),
+        (&json!(true), &json!("load"), &json!(""))
+    );
+    for path in ["/api/embed", "/api/embeddings"] {
+        let (status, answer) =
+            call(&engine, Method::POST, path, json!({"model": "test-model", "input": "hi"}).to_string()).await;
+        assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{path}");
+        assert!(answer["error"].as_str().is_some_and(|m| m.contains("cannot embed")), "{answer}");
+    }
+    for (case, body) in [
+        ("raw with images", json!({"prompt": "x", "raw": true, "images": ["AAAA"]})),
+        ("suffix", json!({"prompt": "x", "suffix": "y"})),
+        ("template", json!({"prompt": "x", "template": "{{ .Prompt }}"})),
+        ("other model", json!({"prompt": "x", "model": "llama3"})),
+    ] {
+        let (status, answer) = call(&engine, Method::POST, "/api/generate", body.to_string()).await;
+        assert!(status.is_client_error(), "{case}: {answer}");
+        assert!(answer["error"].is_string(), "{case}: {answer}");
+    }
+    assert!(engine.submitted.lock().is_empty());
+}
