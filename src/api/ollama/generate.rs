@@ -22,7 +22,7 @@ use crate::engine::Prompt;
 /// What a generate body became: a job, or only the wish to load the model.
 enum Generate {
     /// Run this job, streamed or not.
-    Job(ChatJob, bool),
+    Job(Box<ChatJob>, bool),
     /// An empty prompt: Ollama's way of loading a model.
     Load(String),
 }
@@ -44,13 +44,13 @@ pub(super) async fn generate(State(state): State<Arc<AppState>>, request: Reques
         if let Some(raw) = mapped.raw {
             job.request.prompt = Prompt::Text(raw);
         }
-        Ok(Generate::Job(job, mapped.stream))
+        Ok(Generate::Job(Box::new(job), mapped.stream))
     };
     let Prepared { value: (generate, rendered), permit } = prepare_job(&state, request, into_job, request_of).await?;
     let answering = Answering { kind: Kind::Generate, model: String::new(), arrived };
     match generate {
         Generate::Load(model) => Ok(Json(Answering { model, ..answering }.loaded()).into_response()),
-        Generate::Job(job, stream) => answer(&state, job, stream, rendered, permit, answering, record).await,
+        Generate::Job(job, stream) => answer(&state, *job, stream, rendered, permit, answering, record).await,
     }
 }
 

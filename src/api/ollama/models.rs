@@ -68,7 +68,7 @@ struct ShowRequest {
 pub(super) async fn show(State(state): State<Arc<AppState>>, request: Request) -> Result<Response, OllamaError> {
     let model = state.engine.model_info()?;
     let admitted = admit(&state, request).await?;
-    let prepared = prepare(&state, admitted, |bytes| parse_json::<ShowRequest>(bytes)).await?;
+    let prepared = prepare(&state, admitted, parse_json::<ShowRequest>).await?;
     let asked = prepared.value.model.or(prepared.value.name);
     check_model(asked.as_deref(), &model)?;
     let template = model.template_source.to_string();

@@ -198,7 +198,7 @@ fn options(options: Option<Value>, openai: &mut Map<String, Value>) -> Result<()
                 }
             }
         } else if name == "num_ctx" {
-            if !value.as_u64().is_some_and(|n| n > 0) {
+            if value.as_u64().is_none_or(|n| n == 0) {
                 return Err(ApiError::invalid("options.num_ctx", "'num_ctx' must be a positive number of tokens"));
             }
         } else if !IGNORED_OPTIONS.contains(&name.as_str()) {
