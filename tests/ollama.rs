@@ -1,9 +1,16 @@
 //! Ollama's API against a real server on SmolLM2, over raw HTTP: the model list and details,
 //! chat streamed (NDJSON) and whole, tools, and a second turn whose prompt the cache mostly
-//! holds (a small `prompt_eval_count`).
+//! holds (a small `prompt_eval_count`); and the official `ollama` Python client
+//! (`tests/sdk/ollama_client.py`, in the pinned venv of `scripts/sdk-venv.sh`) called as Home
+//! Assistant's integration calls it.
 
 mod common;
 
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::python::{run_with_timeout, sdk_python};
 use common::{long_system_prompt, smollm2_path, spawn_server, test_config, TestServer};
 use firstword::Engine;
 use serde_json::{json, Value};
@@ -138,4 +145,18 @@ async fn generate_answers_templated_and_raw_prompts_and_an_empty_one_only_loads(
     let (status, embed) = post_lines(base, "/api/embed", &json!({"input": "hi"})).await;
     assert_eq!(status, 501);
     assert!(embed[0]["error"].is_string());
+}
+
+#[tokio::test]
+async fn the_official_ollama_client_works_as_home_assistant_calls_it() {
+    let server = server();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut command = Command::new(sdk_python(&root));
+    command.arg("-u").arg(root.join("tests/sdk/ollama_client.py")).arg(&server.base);
+    let (status, stdout, stderr) =
+        tokio::task::spawn_blocking(move || run_with_timeout(command, Duration::from_secs(120))).await.expect("runner");
+    println!("{stdout}");
+    let status = status.unwrap_or_else(|| panic!("the ollama client checks ran past 120 s:\n{stdout}"));
+    assert!(status.success(), "the ollama client checks failed ({status}):\n{stdout}\n{stderr}");
+    assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
 }
