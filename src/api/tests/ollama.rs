@@ -356,3 +356,24 @@ async fn an_empty_generate_only_loads_and_embeddings_are_501() {
     }
     assert!(engine.submitted.lock().is_empty());
 }
+
+#[tokio::test]
+async fn ollamas_endpoints_take_the_same_keys_and_host_checks() {
+    use crate::api::{router_with, AllowedHosts, ApiKeys, ServeOptions};
+    use tower::ServiceExt;
+    let options = ServeOptions { api_keys: ApiKeys::new(["sk-local-1".to_string()]), ..ServeOptions::default() };
+    let engine = replying(&["Hi"], FinishReason::Stop);
+    let send_with = |key: Option<&str>, host: &str| {
+        let mut builder = Request::builder().method(Method::GET).uri("/api/tags").header(header::HOST, host);
+        if let Some(key) = key {
+            builder = builder.header(header::AUTHORIZATION, format!("Bearer {key}"));
+        }
+        let engine: std::sync::Arc<dyn crate::api::backend::Backend> = engine.clone();
+        router_with(engine, &options).oneshot(builder.body(Body::empty()).expect("a request"))
+    };
+    assert_eq!(send_with(None, "localhost").await.expect("answer").status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(send_with(Some("sk-local-1"), "localhost").await.expect("answer").status(), StatusCode::OK);
+    let rebinding = send_with(Some("sk-local-1"), "attacker.example").await.expect("answer");
+    assert_eq!(rebinding.status(), StatusCode::FORBIDDEN);
+    assert!(matches!(options.allowed_hosts, AllowedHosts::Names(_)));
+}
