@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::python::{run_with_timeout, sdk_python};
-use common::{long_system_prompt, smollm2_path, spawn_server, test_config, TestServer};
+use common::{long_system_prompt, settled_cache, smollm2_path, spawn_server, test_config, TestServer};
 use firstword::Engine;
 use serde_json::{json, Value};
 
@@ -159,4 +159,34 @@ async fn the_official_ollama_client_works_as_home_assistant_calls_it() {
     let status = status.unwrap_or_else(|| panic!("the ollama client checks ran past 120 s:\n{stdout}"));
     assert!(status.success(), "the ollama client checks failed ({status}):\n{stdout}\n{stderr}");
     assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
+}
+
+/// A client that leaves an NDJSON stream after its first lines: the generation stops and is
+/// parked, and the same request sent again adopts it (the reply is the one it gives alone).
+/// Each token is slowed a little, so the reply is still going on when the client leaves.
+#[tokio::test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "slows tokens at a failpoint: needs --features failpoints")]
+async fn a_client_that_leaves_a_stream_stops_its_generation() {
+    let _scenario = fail::FailScenario::setup();
+    fail::cfg("engine::token", "sleep(15)").expect("failpoint");
+    let server = server();
+    let body = json!({"messages": [{"role": "user", "content": "Describe a lighthouse at night."}],
+        "options": {"temperature": 0, "num_predict": 40}});
+    let mut response =
+        reqwest::Client::new().post(format!("{}/api/chat", server.base)).json(&body).send().await.expect("request");
+    assert_eq!(response.status().as_u16(), 200);
+    let mut received = String::new();
+    while received.lines().count() < 3 {
+        let chunk = response.chunk().await.expect("chunk").expect("the stream goes on");
+        received.push_str(&String::from_utf8_lossy(&chunk));
+        assert!(!received.contains("\"done\":true"), "ended: {received}");
+    }
+    drop(response);
+    let mut whole = body.clone();
+    whole["stream"] = json!(false);
+    let (status, answer) = post_lines(&server.base, "/api/chat", &whole).await;
+    assert_eq!(status, 200, "{answer:?}");
+    assert_eq!(answer[0]["done"], true);
+    let parking = settled_cache(&server.engine).parking;
+    assert_eq!((parking.parked, parking.adopted), (1, 1), "{parking:?}");
 }
