@@ -39,6 +39,9 @@ fuzz_target!(|body: &[u8]| {
         threads_batch: 1,
         // A projector taking both kinds: media parts are decoded and checked on their headers.
         media: MediaSupport { projector: Some("fuzz.gguf".into()), image: true, audio: true, refused: None },
+        n_params: 135_000_000,
+        size_bytes: 90_000_000,
+        file_type: Some(3),
     };
     for other in [Api::validate_completion(body, &model), Api::validate_response(body, &model)] {
         match other {

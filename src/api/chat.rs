@@ -202,9 +202,33 @@ pub(super) async fn run_to_end(
 /// for the request's log line).
 pub(super) fn stream_response(
     events: Box<dyn EventSource>,
-    mut framer: impl EventFramer,
+    framer: impl EventFramer,
     record: RequestRecord,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    Sse::new(framed(events, framer, record).map(|payload| Ok(payload.into_event()))).keep_alive(KeepAlive::default())
+}
+
+/// Relays `events` through `framer` as newline-delimited JSON (Ollama's streams): each
+/// payload's data one line. No keep-alive: an NDJSON client reads every line as an object.
+pub(super) fn ndjson_response(
+    events: Box<dyn EventSource>,
+    framer: impl EventFramer,
+    record: RequestRecord,
+) -> Response {
+    let lines = framed(events, framer, record).map(|payload| {
+        let mut line = payload.data;
+        line.push('\n');
+        Ok::<_, Infallible>(axum::body::Bytes::from(line))
+    });
+    ([(axum::http::header::CONTENT_TYPE, "application/x-ndjson")], axum::body::Body::from_stream(lines)).into_response()
+}
+
+/// The payloads `framer` makes of `events`, its opening first, until it says the stream is done.
+fn framed(
+    events: Box<dyn EventSource>,
+    mut framer: impl EventFramer,
+    record: RequestRecord,
+) -> impl Stream<Item = SsePayload> {
     let opening = stream::iter(framer.first_events());
     let relayed = stream::unfold(Some((events, framer, record)), |state| async move {
         let (mut events, mut framer, record) = state?;
@@ -213,5 +237,5 @@ pub(super) fn stream_response(
         Some((stream::iter(framed.events), next))
     })
     .flatten();
-    Sse::new(opening.chain(relayed).map(|payload| Ok(payload.into_event()))).keep_alive(KeepAlive::default())
+    opening.chain(relayed)
 }

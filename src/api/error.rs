@@ -125,6 +125,19 @@ pub enum ApiError {
     /// The route has no handler for this method.
     #[error("method not allowed on this endpoint")]
     MethodNotAllowed,
+    /// A request names a model this server does not serve (Ollama's API, where the name
+    /// chooses the model).
+    #[error("model {0:?} not found: this server serves only the model it was started with, {1:?}")]
+    ModelNotFound(String, String),
+    /// An Ollama endpoint that manages models (`pull`, `create`, `delete`, ...): the model is
+    /// chosen when the server starts.
+    #[error(
+        "{0} is not supported: firstword serves the one model it was started with (--model); restart it to use another"
+    )]
+    ModelManagement(&'static str),
+    /// An endpoint the engine cannot serve.
+    #[error("{0}")]
+    NotImplemented(&'static str),
 }
 
 impl ApiError {
@@ -185,6 +198,9 @@ impl ApiError {
             }
             Self::ResponseNotFound { param: None, .. } => (StatusCode::NOT_FOUND, Some("response_not_found")),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, None),
+            Self::ModelNotFound(..) => (StatusCode::NOT_FOUND, Some("model_not_found")),
+            Self::ModelManagement(_) => (StatusCode::BAD_REQUEST, Some("model_fixed_at_start")),
+            Self::NotImplemented(_) => (StatusCode::NOT_IMPLEMENTED, Some("not_implemented")),
         }
     }
 
@@ -321,6 +337,39 @@ impl IntoResponse for ApiError {
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         }
+        response
+    }
+}
+
+/// An [`ApiError`] answered in Ollama's shape, `{"error": "message"}`, with the same status
+/// (and the same `code` for the log and `/metrics`, the same `Retry-After`).
+#[derive(Debug)]
+pub(crate) struct OllamaError(pub(crate) ApiError);
+
+impl From<ApiError> for OllamaError {
+    fn from(error: ApiError) -> Self {
+        Self(error)
+    }
+}
+
+impl From<EngineError> for OllamaError {
+    fn from(error: EngineError) -> Self {
+        Self(error.into())
+    }
+}
+
+impl OllamaError {
+    /// The body as JSON text (also a stream's error line).
+    #[must_use]
+    pub(crate) fn to_json(&self) -> String {
+        serde_json::json!({ "error": self.0.client_message() }).to_string()
+    }
+}
+
+impl IntoResponse for OllamaError {
+    fn into_response(self) -> Response {
+        let mut response = self.0.clone().into_response();
+        *response.body_mut() = axum::body::Body::from(self.to_json());
         response
     }
 }

@@ -16,6 +16,7 @@ mod limits;
 mod logprobs;
 mod metrics;
 mod models;
+mod ollama;
 mod prefill;
 mod request_log;
 mod responses;
@@ -175,11 +176,12 @@ fn router_over(state: Arc<AppState>, options: &ServeOptions) -> Router {
         .route("/v1/responses", post(responses::create_response))
         .route("/responses", post(responses::create_response))
         .route("/v1/responses/{id}", get(responses::get_response).delete(responses::delete_response))
-        .route("/", get(console::page))
+        .route("/", get(ollama::root))
         .route("/console/{name}", get(console::asset))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/apply-template", post(tokenize::apply_template))
+        .merge(ollama::routes())
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(options.max_body_bytes))

@@ -102,6 +102,12 @@ pub struct ModelInfo {
     pub threads_batch: u32,
     /// The media the projector (`--mmproj`) takes; none without one.
     pub media: media::MediaSupport,
+    /// The model's parameters (weights), as llama.cpp counts them.
+    pub n_params: u64,
+    /// Bytes of the model's tensors.
+    pub size_bytes: u64,
+    /// `general.file_type`: llama.cpp's number for the quantization, when the file says.
+    pub file_type: Option<u32>,
 }
 
 /// A loaded model's facts plus what rendering and tokenizing need.

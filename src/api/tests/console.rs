@@ -20,6 +20,8 @@ async fn get(options: &ServeOptions, path: &str, host: &str) -> Response {
         .method(Method::GET)
         .uri(path)
         .header(header::HOST, host)
+        // What a browser's navigation sends: it is what gets the page at `/`.
+        .header(header::ACCEPT, "text/html,application/xhtml+xml,*/*;q=0.8")
         .body(Body::empty())
         .expect("request");
     router_with(engine, options).oneshot(request).await.expect("infallible")

@@ -5,6 +5,7 @@ mod access;
 mod admission;
 mod console;
 mod fake;
+mod ollama;
 mod request_log;
 mod router;
 
@@ -31,6 +32,9 @@ pub(super) fn model() -> ModelInfo {
         threads: 2,
         threads_batch: 2,
         media: crate::engine::media::MediaSupport::default(),
+        n_params: 134_515_008,
+        size_bytes: 91_000_000,
+        file_type: Some(3),
     }
 }
 

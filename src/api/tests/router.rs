@@ -18,7 +18,7 @@ use crate::engine::{
     CacheEntryKind, CacheEntryStatus, CacheStatus, DiskStatus, EngineError, Event, FinishReason, PrefillReport, Timings,
 };
 
-fn request(method: Method, path: &str, content_type: &str, body: Body) -> Request<Body> {
+pub(super) fn request(method: Method, path: &str, content_type: &str, body: Body) -> Request<Body> {
     Request::builder()
         .method(method)
         .uri(path)
@@ -27,18 +27,23 @@ fn request(method: Method, path: &str, content_type: &str, body: Body) -> Reques
         .expect("a request")
 }
 
-async fn send(engine: &Arc<FakeEngine>, request: Request<Body>) -> Response {
+pub(super) async fn send(engine: &Arc<FakeEngine>, request: Request<Body>) -> Response {
     let engine: Arc<dyn Backend> = Arc::clone(engine) as _;
     router_with(engine, &ServeOptions::default()).oneshot(request).await.expect("infallible")
 }
 
-async fn text_of(response: Response) -> String {
+pub(super) async fn text_of(response: Response) -> String {
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("the body");
     String::from_utf8(bytes.to_vec()).expect("UTF-8")
 }
 
 /// Status and JSON body of `method path` with `body`.
-async fn call(engine: &Arc<FakeEngine>, method: Method, path: &str, body: impl Into<Body>) -> (StatusCode, Value) {
+pub(super) async fn call(
+    engine: &Arc<FakeEngine>,
+    method: Method,
+    path: &str,
+    body: impl Into<Body>,
+) -> (StatusCode, Value) {
     let response = send(engine, request(method, path, "application/json", body.into())).await;
     let status = response.status();
     let text = text_of(response).await;
@@ -59,7 +64,7 @@ fn hi() -> Value {
     json!({"messages": [{"role": "user", "content": "hi"}]})
 }
 
-fn replying(texts: &[&str], reason: FinishReason) -> Arc<FakeEngine> {
+pub(super) fn replying(texts: &[&str], reason: FinishReason) -> Arc<FakeEngine> {
     let mut script = vec![Event::Started { prompt_tokens: 10, cached_tokens: 4, in_reasoning: false }];
     script.extend(texts.iter().map(|t| Event::Text((*t).to_string())));
     script.push(finished(reason));

@@ -304,6 +304,9 @@ impl<'m> Session<'m> {
             threads: config.threads,
             threads_batch: config.threads_batch,
             media: MediaSupport::default(),
+            n_params: model.n_params(),
+            size_bytes: model.size(),
+            file_type: model.meta_val_str("general.file_type").ok().and_then(|t| t.parse().ok()),
         };
         let session = Self {
             model,
