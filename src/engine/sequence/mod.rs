@@ -66,6 +66,15 @@ pub(crate) struct LiveSequence<'m> {
     decode_stop: Option<Arc<DecodeStop>>,
 }
 
+/// Decodes can be stopped by a check until this is dropped ([`LiveSequence::stop_decodes_while`]).
+pub(crate) struct StopWhile(Arc<DecodeStop>);
+
+impl Drop for StopWhile {
+    fn drop(&mut self) {
+        self.0.set(None);
+    }
+}
+
 /// A prompt's media, and the projector that evaluates them (none for prompts without media).
 pub(crate) struct PromptMedia<'p> {
     /// Where each media's tokens lie in the prompt.
@@ -128,13 +137,13 @@ impl<'m> LiveSequence<'m> {
         }
     }
 
-    /// Sets what stops the next decodes midway (`None`: nothing does), where they can be
-    /// stopped; returns whether they can. A decode it stops fails with
-    /// [`EngineError::DecodeStopped`].
-    pub(crate) fn stop_decodes_when(&self, check: Option<StopCheck>) -> bool {
-        let Some(stop) = &self.decode_stop else { return false };
-        stop.set(check);
-        true
+    /// Lets `check` stop the decodes midway, where they can be stopped, until the returned
+    /// guard is dropped (also when a panic unwinds past it: a check left behind would stop the
+    /// next request's decodes). A decode it stops fails with [`EngineError::DecodeStopped`].
+    pub(crate) fn stop_decodes_while(&self, check: StopCheck) -> Option<StopWhile> {
+        let stop = self.decode_stop.as_ref()?;
+        stop.set(Some(check));
+        Some(StopWhile(Arc::clone(stop)))
     }
 
     /// Lets `governor` set the threads before each batch. The counts the contexts were

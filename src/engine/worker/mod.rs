@@ -471,10 +471,10 @@ impl<'m> Session<'m> {
         // A client that leaves during a decode step stops it there: the next request (the same
         // one sent again, often) is not kept waiting for a token nobody reads.
         let watched = events.clone();
-        self.sequence.stop_decodes_when(Some(Box::new(move || watched.is_closed())));
+        let stop_while = self.sequence.stop_decodes_while(Box::new(move || watched.is_closed()));
         let outcome =
             reply.generate(&self.tokenizer, request, picker, &mut self.sequence, &mut speculating, logits_index);
-        self.sequence.stop_decodes_when(None);
+        drop(stop_while);
         cache.adopted = reply.adopted();
         if let Err(e) = speculating.end_round(&mut self.sequence) {
             // The reply itself is complete; only the cache for the next turn is lost.
