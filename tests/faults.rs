@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{chunks, post, post_stream, smollm2_path, spawn_server, test_config, ServerProcess, SseData, TestServer};
@@ -224,20 +222,10 @@ fn an_engine_that_cannot_recover_answers_503_and_the_binary_exits_non_zero() {
     scenario.teardown();
 
     // The binary: the same two failures, given in FAILPOINTS; it stops serving and exits 1.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
-    let mut child = ServerProcess(
-        Command::new(env!("CARGO_BIN_EXE_firstword"))
-            .args(["serve", "--no-cache-dir", "-c", "2048", "-t", "2", "--port", &port.to_string(), "-m"])
-            .arg(smollm2_path())
-            .env("FAILPOINTS", "engine::token=panic;engine::recover=panic")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starts"),
-    );
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let ready = lines.by_ref().map_while(Result::ok).any(|line| line.contains("ready"));
-    assert!(ready, "the server became ready");
-    let base = format!("http://127.0.0.1:{port}");
+    let args = ["--no-cache-dir", "-c", "2048", "-t", "2", "-m"].map(Into::into);
+    let (mut child, base, lines) = ServerProcess::serve(&[&args[..], &[smollm2_path().into()]].concat(), |command| {
+        command.env("FAILPOINTS", "engine::token=panic;engine::recover=panic");
+    });
     let (status, body) = runtime().block_on(post(&base, &request("Which facts mention trains?")));
     assert_eq!(status, 500, "{body}");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -320,32 +308,11 @@ fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// A `firstword serve` over SmolLM2 with a disk cache in `dir`, failpoints set from
 /// `failpoints`, ready; its log drained on a thread of its own.
 fn serve_with_disk_cache(dir: &std::path::Path, failpoints: &str) -> (ServerProcess, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_firstword"))
-        .args([
-            "serve",
-            "-c",
-            "2048",
-            "-t",
-            "2",
-            "--cache-min-tokens",
-            "32",
-            "--port",
-            &port.to_string(),
-            "--cache-dir",
-        ])
-        .arg(dir)
-        .arg("-m")
-        .arg(smollm2_path())
-        .env("FAILPOINTS", failpoints)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let ready = lines.by_ref().map_while(Result::ok).any(|line| line.contains("ready"));
-    assert!(ready, "the server became ready");
-    std::thread::spawn(move || lines.for_each(drop));
-    (ServerProcess(child), format!("http://127.0.0.1:{port}"))
+    let args = ["-c", "2048", "-t", "2", "--cache-min-tokens", "32", "--cache-dir"].map(Into::into);
+    let paths = [dir.into(), "-m".into(), smollm2_path().into()];
+    ServerProcess::serve_drained(&[&args[..], &paths[..]].concat(), |command| {
+        command.env("FAILPOINTS", failpoints);
+    })
 }
 
 /// The tokens the base of the cache file at `path` holds.

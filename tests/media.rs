@@ -8,9 +8,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use common::media::{
     audio_part, audio_projector, black_png, checkerboard, degenerate_projector, image_part, os2_bmp, red, tone,
@@ -510,22 +508,9 @@ fn a_restart_brings_a_conversation_back_from_disk_with_its_picture() {
 /// `firstword serve` over SmolLM2 with the audio projector fixture, as a process of its own: a
 /// decoder that aborts ends that process, which the test then sees.
 fn serve_audio_process() -> (ServerProcess, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
-    let mut child = ServerProcess(
-        Command::new(env!("CARGO_BIN_EXE_firstword"))
-            .args(["serve", "--no-cache-dir", "-c", "2048", "-t", "2", "--port", &port.to_string(), "-m"])
-            .arg(smollm2_path())
-            .arg("--mmproj")
-            .arg(audio_projector())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starts"),
-    );
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let ready = lines.by_ref().map_while(Result::ok).any(|line| line.contains("ready"));
-    assert!(ready, "the server became ready");
-    std::thread::spawn(move || lines.for_each(drop));
-    (child, format!("http://127.0.0.1:{port}"))
+    let args = ["--no-cache-dir", "-c", "2048", "-t", "2"].map(Into::into);
+    let files = ["-m".into(), smollm2_path().into(), "--mmproj".into(), audio_projector().into()];
+    ServerProcess::serve_drained(&[&args[..], &files[..]].concat(), |_| {})
 }
 
 /// The most memory process `pid` has held at once (Linux's VmHWM), in MiB.

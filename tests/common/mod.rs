@@ -427,6 +427,40 @@ impl std::ops::DerefMut for ServerProcess {
     }
 }
 
+/// The lines of a server process's log not read yet.
+pub(crate) type LogLines = std::io::Lines<std::io::BufReader<std::process::ChildStderr>>;
+
+impl ServerProcess {
+    /// `firstword serve --port PORT` with `args` on a free port of 127.0.0.1, `configure` setting
+    /// the rest (its environment), once it logged that it is ready: the process, its base URL
+    /// and the log lines after that one.
+    pub(crate) fn serve(
+        args: &[std::ffi::OsString],
+        configure: impl FnOnce(&mut std::process::Command),
+    ) -> (Self, String, LogLines) {
+        use std::io::BufRead;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_firstword"));
+        command.args(["serve", "--port", &port.to_string()]).args(args).stderr(std::process::Stdio::piped());
+        configure(&mut command);
+        let mut child = Self(command.spawn().expect("starts"));
+        let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let ready = lines.by_ref().map_while(Result::ok).any(|line| line.contains("ready"));
+        assert!(ready, "the server became ready");
+        (child, format!("http://127.0.0.1:{port}"), lines)
+    }
+
+    /// [`ServerProcess::serve`], its later log read and dropped on a thread of its own.
+    pub(crate) fn serve_drained(
+        args: &[std::ffi::OsString],
+        configure: impl FnOnce(&mut std::process::Command),
+    ) -> (Self, String) {
+        let (child, base, lines) = Self::serve(args, configure);
+        std::thread::spawn(move || lines.for_each(drop));
+        (child, base)
+    }
+}
+
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.0.kill();
