@@ -61,38 +61,51 @@ fn step(ctx: &mut LlamaContext, tokens: &[(i32, LlamaToken, usize)]) -> Vec<Llam
     (0..tokens.len()).map(|i| argmax(ctx.get_logits_ith(i as i32))).collect()
 }
 
+/// Extends P's reply `out` (its prompt `p_len` tokens long) alone, a token a step, to `n` tokens.
+fn alone_until(ctx: &mut LlamaContext, p_len: usize, out: &mut Vec<LlamaToken>, n: usize) {
+    while out.len() < n {
+        let last = *out.last().expect("one");
+        out.push(step(ctx, &[(0, last, p_len + out.len() - 1)])[0]);
+    }
+}
+
+/// Extends P's reply `out` to `n` tokens beside Q's, whose next token is `other` at `other_pos`:
+/// both in one batch every step.
+fn both_until(
+    ctx: &mut LlamaContext,
+    p_len: usize,
+    out: &mut Vec<LlamaToken>,
+    (mut other, mut other_pos): (LlamaToken, usize),
+    n: usize,
+) {
+    while out.len() < n {
+        let last = *out.last().expect("one");
+        let next = step(ctx, &[(0, last, p_len + out.len() - 1), (1, other, other_pos)]);
+        out.push(next[0]);
+        other = next[1];
+        other_pos += 1;
+    }
+}
+
 fn alone(ctx: &mut LlamaContext, p: &[LlamaToken], n: usize) -> Vec<LlamaToken> {
     ctx.clear_kv_cache();
     let mut out = vec![prompt(ctx, p, 0)];
-    while out.len() < n {
-        let last = *out.last().expect("one");
-        out.push(step(ctx, &[(0, last, p.len() + out.len() - 1)])[0]);
-    }
+    alone_until(ctx, p.len(), &mut out, n);
     out
 }
 
 fn beside(ctx: &mut LlamaContext, p: &[LlamaToken], q: &[LlamaToken], n: usize) -> Vec<LlamaToken> {
     ctx.clear_kv_cache();
     let mut out = vec![prompt(ctx, p, 0)];
-    let mut other = prompt(ctx, q, 1);
-    let mut other_pos = q.len();
-    while out.len() < n {
-        let last = *out.last().expect("one");
-        let next = step(ctx, &[(0, last, p.len() + out.len() - 1), (1, other, other_pos)]);
-        out.push(next[0]);
-        other = next[1];
-        other_pos += 1;
-    }
+    let other = prompt(ctx, q, 1);
+    both_until(ctx, p.len(), &mut out, (other, q.len()), n);
     out
 }
 
 fn mixed(ctx: &mut LlamaContext, p: &[LlamaToken], q: &[LlamaToken], n: usize) -> Vec<LlamaToken> {
     ctx.clear_kv_cache();
     let mut out = vec![prompt(ctx, p, 0)];
-    while out.len() < MIXED_AFTER.min(n) {
-        let last = *out.last().expect("one");
-        out.push(step(ctx, &[(0, last, p.len() + out.len() - 1)])[0]);
-    }
+    alone_until(ctx, p.len(), &mut out, MIXED_AFTER.min(n));
     if out.len() >= n {
         return out;
     }
@@ -105,15 +118,8 @@ fn mixed(ctx: &mut LlamaContext, p: &[LlamaToken], q: &[LlamaToken], n: usize) -
     }
     ctx.decode(&mut batch).expect("decode");
     out.push(argmax(ctx.get_logits_ith(0)));
-    let mut other = argmax(ctx.get_logits_ith(q.len() as i32));
-    let mut other_pos = q.len();
-    while out.len() < n {
-        let last = *out.last().expect("one");
-        let next = step(ctx, &[(0, last, p.len() + out.len() - 1), (1, other, other_pos)]);
-        out.push(next[0]);
-        other = next[1];
-        other_pos += 1;
-    }
+    let other = argmax(ctx.get_logits_ith(q.len() as i32));
+    both_until(ctx, p.len(), &mut out, (other, q.len()), n);
     out
 }
 
