@@ -207,6 +207,10 @@ pub(crate) struct ServerArgs {
     /// Requests that may wait while one generates; more get 503 with Retry-After.
     #[arg(long = "queue-size", env = "FIRSTWORD_QUEUE_SIZE", default_value_t = EngineConfig::DEFAULT_QUEUE_SIZE)]
     pub queue_size: usize,
+    /// Requests served at once in the one context (llama-server's -np): one arriving while a
+    /// reply streams starts at once, its prompt evaluated between the reply's tokens.
+    #[arg(long = "parallel", visible_alias = "np", env = "FIRSTWORD_PARALLEL", default_value_t = EngineConfig::DEFAULT_PARALLEL, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub parallel: u32,
     /// Most tokens generated for a request that sets no max_tokens (-1: until the context is
     /// full). Stops a model caught in a loop.
     #[arg(short = 'n', long = "n-predict", visible_alias = "predict", env = "FIRSTWORD_N_PREDICT", default_value_t = i64::from(EngineConfig::DEFAULT_N_PREDICT), allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..=i64::from(u32::MAX)))]
@@ -368,6 +372,7 @@ impl ServeArgs {
             chat_template_file: model.chat_template_file.clone(),
             mmproj: model.mmproj.clone(),
             queue_size: self.server.queue_size,
+            parallel: self.server.parallel,
             n_predict: u32::try_from(self.server.n_predict).ok(),
             reasoning_budget: u32::try_from(self.server.reasoning_budget).ok(),
             speculation: SpeculationConfig {

@@ -6,7 +6,7 @@ use super::error::ApiError;
 use super::logprobs::ChatLogprobs;
 use super::wire::{
     ChatCompletion, Choice, ChunkChoice, CompletionObject, CompletionTokensDetails, Delta, PromptTokensDetails,
-    ResponseMessage, WireCache, WireReplyCut, WireRequestPath, WireTimings, WireUsage,
+    ResponseMessage, WireCache, WireReplyCut, WireRequestPath, WireShared, WireTimings, WireUsage,
 };
 use crate::engine::{CacheMiss, CacheReport, Event, RequestPath, Timings, TokenLogprob, Usage};
 
@@ -47,6 +47,9 @@ pub(super) fn wire_timings(usage: Usage, timings: Timings) -> WireTimings {
         draft_n: timings.draft.map(|d| d.drafted),
         draft_n_accepted: timings.draft.map(|d| d.accepted),
         cache: wire_cache(timings.cache),
+        shared: timings
+            .shared
+            .map(|shared| WireShared { sequence: shared.sequence, replies_beside: shared.replies_beside }),
         dropped_messages: (usage.dropped_messages > 0).then_some(usage.dropped_messages),
         request_ms: timings.request.map(|path| ms(path.total)),
         request: timings.request.map(wire_request_path),

@@ -87,6 +87,8 @@ pub(super) struct Metrics {
     disk_bytes_written: Counter,
     live_tokens: Gauge,
     parked_generations: Family<ParkingLabels, Counter>,
+    lanes_running: Gauge,
+    lane_requests: Counter,
     threads: Family<ThreadLabels, Gauge>,
     other_busy_cores: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
@@ -115,6 +117,8 @@ impl Metrics {
             disk_bytes_written: Counter::default(),
             live_tokens: Gauge::default(),
             parked_generations: Family::default(),
+            lanes_running: Gauge::default(),
+            lane_requests: Counter::default(),
             threads: Family::default(),
             other_busy_cores: Gauge::default(),
             registry: Registry::default(),
@@ -165,6 +169,16 @@ impl Metrics {
             "parked_generations",
             "Parked generations (pregenerated, or a reply whose client left), by outcome: parked, adopted, discarded",
             metrics.parked_generations.clone(),
+        );
+        registry.register(
+            "lanes_running",
+            "Requests served beside the live sequence's reply now, each in a sequence of its own (--parallel)",
+            metrics.lanes_running.clone(),
+        );
+        registry.register(
+            "lane_requests",
+            "Requests served to their end beside another reply (--parallel)",
+            metrics.lane_requests.clone(),
         );
         registry.register(
             "threads",
@@ -278,6 +292,8 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Result<Respon
         let counter = metrics.parked_generations.get_or_create(&ParkingLabels { outcome });
         counter.inner().fetch_max(count, std::sync::atomic::Ordering::Relaxed);
     }
+    metrics.lanes_running.set(i64::from(cache.lanes.running));
+    metrics.lane_requests.inner().fetch_max(cache.lanes.served, std::sync::atomic::Ordering::Relaxed);
     if let Some(threads) = state.engine.threads() {
         metrics.threads.get_or_create(&ThreadLabels { kind: "generation" }).set(i64::from(threads.counts.generation));
         metrics.threads.get_or_create(&ThreadLabels { kind: "batch" }).set(i64::from(threads.counts.batch));

@@ -103,6 +103,14 @@ pub(super) struct CompletionTokensDetails {
     pub reasoning_tokens: u32,
 }
 
+/// `timings.shared`: the sequence a reply was served in and the most other replies computed
+/// in one of its steps.
+#[derive(Debug, Serialize)]
+pub(super) struct WireShared {
+    pub sequence: u32,
+    pub replies_beside: u32,
+}
+
 /// llama-server's `timings` object.
 #[derive(Debug, Serialize)]
 pub(super) struct WireTimings {
@@ -123,6 +131,10 @@ pub(super) struct WireTimings {
     pub draft_n_accepted: Option<u32>,
     /// What the cache did for the prompt.
     pub cache: WireCache,
+    /// Other requests' replies computed in the same steps (`--parallel`; absent when the
+    /// reply ran alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared: Option<WireShared>,
     /// Messages of the oldest turns left out to fit the context (`--context-overflow
     /// drop-oldest`; absent when none was).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -65,6 +65,9 @@ pub struct EngineConfig {
     pub mmproj: Option<PathBuf>,
     /// How many requests may wait while one is generating.
     pub queue_size: usize,
+    /// Sequences the one context serves at once: a request arriving while a reply streams is
+    /// evaluated beside it instead of waiting (1: one at a time).
+    pub parallel: u32,
     /// What a chat request that does not fit the context gets.
     pub context_overflow: ContextOverflow,
     /// Most tokens generated for a request that sets no `max_tokens`; `None`: until the
@@ -124,6 +127,8 @@ impl EngineConfig {
     pub const DEFAULT_N_GPU_LAYERS: u32 = 999;
     /// Default number of requests that may wait.
     pub const DEFAULT_QUEUE_SIZE: usize = 16;
+    /// Default sequences served at once (llama-server's default slots).
+    pub const DEFAULT_PARALLEL: u32 = 4;
     /// Default cap on generated tokens when a request sets none: a model caught in a loop
     /// stops after about half a minute at small-model speeds instead of filling the context.
     pub const DEFAULT_N_PREDICT: u32 = 2048;
@@ -166,6 +171,7 @@ impl EngineConfig {
             chat_template_file: None,
             mmproj: None,
             queue_size: Self::DEFAULT_QUEUE_SIZE,
+            parallel: Self::DEFAULT_PARALLEL,
             context_overflow: ContextOverflow::Refuse,
             n_predict: Some(Self::DEFAULT_N_PREDICT),
             reasoning_budget: None,

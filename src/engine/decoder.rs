@@ -280,9 +280,9 @@ impl std::fmt::Debug for SavedState {
     }
 }
 
-/// Sequence 0's state of `ctx`.
-fn save_sequence(ctx: &LlamaContext<'_>) -> Option<Arc<Vec<u8>>> {
-    let state = sequence_state(ctx).map(Arc::new);
+/// Sequence `seq`'s state of `ctx`.
+fn save_sequence(ctx: &LlamaContext<'_>, seq: i32) -> Option<Arc<Vec<u8>>> {
+    let state = sequence_state(ctx, seq).map(Arc::new);
     if state.is_none() {
         tracing::warn!("saving the KV state failed: llama.cpp wrote another size than it announced");
     }
@@ -294,6 +294,25 @@ fn most_likely(logits: &[f32]) -> (LlamaToken, f32) {
     let (best, &max) = logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap_or((0, &0.0));
     let total: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
     (LlamaToken(best as i32), 1.0 / total.max(1.0))
+}
+
+/// Empties sequence 0 of the target, leaving other sequences' cells (the lanes') alone; the
+/// whole cache where llama.cpp refuses.
+fn clear_sequence_zero(ctx: &mut LlamaContext<'_>) {
+    if ctx.kv_cache_seq_rm(0, None, None).is_err() {
+        ctx.clear_kv_cache();
+    }
+}
+
+/// One sequence's tokens in a batch several sequences share ([`Decoder::decode_shared`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SharedPart<'t> {
+    /// The sequence.
+    pub(crate) seq: i32,
+    /// Its tokens, at positions `start..`.
+    pub(crate) tokens: &'t [LlamaToken],
+    /// The position of its first token.
+    pub(crate) start: usize,
 }
 
 fn build_batch(tokens: &[LlamaToken], start: usize, logits: Logits) -> Result<LlamaBatch<'static>, EngineError> {
@@ -340,23 +359,23 @@ impl<'m> Decoder<'m> {
         if let Self::Mtp(mtp) = self {
             mtp.flush();
         }
-        let target = save_sequence(self.target())?;
+        let target = save_sequence(self.target(), 0)?;
         let drafter = match self {
             Self::Plain(_) => None,
-            Self::Mtp(mtp) => Some((save_sequence(mtp.spec.draft_context_mut())?, Vec::new())),
-            Self::Model(model) => Some((save_sequence(&model.draft)?, model.cached.clone())),
+            Self::Mtp(mtp) => Some((save_sequence(mtp.spec.draft_context_mut(), 0)?, Vec::new())),
+            Self::Model(model) => Some((save_sequence(&model.draft, 0)?, model.cached.clone())),
         };
         Some(SavedState { target, drafter })
     }
 
     /// Bytes [`Decoder::save`] would copy now, the drafter's included (counted, not copied).
     pub(crate) fn state_size(&mut self) -> usize {
-        let target = sequence_state_size(self.target());
+        let target = sequence_state_size(self.target(), 0);
         target
             + match self {
                 Self::Plain(_) => 0,
-                Self::Mtp(mtp) => sequence_state_size(mtp.spec.draft_context_mut()),
-                Self::Model(model) => sequence_state_size(&model.draft),
+                Self::Mtp(mtp) => sequence_state_size(mtp.spec.draft_context_mut(), 0),
+                Self::Model(model) => sequence_state_size(&model.draft, 0),
             }
     }
 
@@ -368,7 +387,7 @@ impl<'m> Decoder<'m> {
         let ctx = self.target_mut();
         if !set_sequence_state(ctx, &state.target) {
             tracing::warn!("restoring a KV state failed: llama.cpp refused it");
-            ctx.clear_kv_cache();
+            clear_sequence_zero(ctx);
             return false;
         }
         let Some((drafter, tokens)) = &state.drafter else { return true };
@@ -441,6 +460,55 @@ impl<'m> Decoder<'m> {
         Ok(())
     }
 
+    /// Evaluates several sequences' tokens in one batch, the logits of each part's last token
+    /// kept; returns each part's batch index of them, in order. Only without a drafter (whose
+    /// context follows sequence 0 alone: start-up runs one sequence then). The caller drops
+    /// the parts' sequences on failure.
+    pub(crate) fn decode_shared(&mut self, parts: &[SharedPart<'_>]) -> Result<Vec<i32>, EngineError> {
+        fail::fail_point!("engine::decode", |_| Err(EngineError::Decode("failure injected at engine::decode".into())));
+        let Self::Plain(ctx) = self else {
+            return Err(EngineError::Internal("sequences share a batch beside a drafter".into()));
+        };
+        let total = parts.iter().map(|part| part.tokens.len()).sum::<usize>();
+        let mut batch = LlamaBatch::new(total.max(1), 1);
+        let mut rows = Vec::with_capacity(parts.len());
+        for part in parts {
+            for (i, &token) in part.tokens.iter().enumerate() {
+                let last = i + 1 == part.tokens.len();
+                batch
+                    .add(token, (part.start + i) as i32, &[part.seq], last)
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+            }
+            rows.push(batch.n_tokens() - 1);
+        }
+        ctx.decode(&mut batch).map_err(|e| match e {
+            DecodeError::Unknown(2) => EngineError::DecodeStopped,
+            e => EngineError::Decode(e.to_string()),
+        })?;
+        Ok(rows)
+    }
+
+    /// Makes sequence `to` hold sequence 0's first `upto` positions. In a unified cache the
+    /// cells are tagged with both sequences: nothing is copied.
+    pub(crate) fn share_prefix(&mut self, from: i32, to: i32, upto: usize) -> bool {
+        self.target_mut().kv_cache_seq_cp(from, to, Some(0), Some(upto as u32)).is_ok()
+    }
+
+    /// Drops every cell of sequence `seq` (a lane's; never sequence 0's, see [`Self::clear`]).
+    pub(crate) fn drop_sequence(&mut self, seq: i32) {
+        let ctx = self.target_mut();
+        if ctx.kv_cache_seq_rm(seq, None, None).is_err() {
+            tracing::warn!(seq, "llama.cpp did not drop a sequence's cells");
+        }
+    }
+
+    /// The state of sequence `seq` (a lane's), for the state store: the target's only (lanes
+    /// run without a drafter).
+    pub(crate) fn save_lane(&self, seq: i32) -> Option<SavedState> {
+        let target = save_sequence(self.target(), seq)?;
+        Some(SavedState { target, drafter: None })
+    }
+
     /// Evaluates a media's tokens at positions `start..` in the target (see
     /// [`Projector::evaluate`]). Only without a drafter (which would have to see the media's
     /// embeddings too: start-up turns speculation off with a projector). The caller clears the
@@ -499,7 +567,7 @@ impl<'m> Decoder<'m> {
         if let Self::Mtp(mtp) = self {
             mtp.deferred = None;
         }
-        self.target_mut().clear_kv_cache();
+        clear_sequence_zero(self.target_mut());
         self.clear_drafter();
     }
 

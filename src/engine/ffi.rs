@@ -33,27 +33,27 @@ pub(crate) fn effective_sliding_window(model: &LlamaModel) -> Option<u32> {
     u32::try_from(n_swa).ok().filter(|&n| n > 0)
 }
 
-/// Bytes [`sequence_state`] would write for sequence 0 now (llama.cpp counts them without
+/// Bytes [`sequence_state`] would write for sequence `seq` now (llama.cpp counts them without
 /// copying the tensors).
-pub(crate) fn sequence_state_size(ctx: &LlamaContext<'_>) -> usize {
-    ctx.state_seq_get_size_ext(0, LlamaStateSeqFlags::empty())
+pub(crate) fn sequence_state_size(ctx: &LlamaContext<'_>, seq: i32) -> usize {
+    ctx.state_seq_get_size_ext(seq, LlamaStateSeqFlags::empty())
 }
 
-/// Sequence 0's whole state (KV cells, recurrent state, positions), as llama.cpp serialises it.
-/// `None` if llama.cpp wrote another number of bytes than it announced.
-pub(crate) fn sequence_state(ctx: &LlamaContext<'_>) -> Option<Vec<u8>> {
+/// Sequence `seq`'s whole state (KV cells, recurrent state, positions), as llama.cpp
+/// serialises it. `None` if llama.cpp wrote another number of bytes than it announced.
+pub(crate) fn sequence_state(ctx: &LlamaContext<'_>, seq: i32) -> Option<Vec<u8>> {
     let flags = LlamaStateSeqFlags::empty();
-    let size = ctx.state_seq_get_size_ext(0, flags);
+    let size = ctx.state_seq_get_size_ext(seq, flags);
     let mut bytes = vec![0u8; size];
     // SAFETY: `bytes` holds `size` bytes, which is what llama.cpp computed (with the same
     // writer logic, on this thread, with nothing evaluated in between) that it writes for
-    // sequence 0 with these flags.
-    let written = unsafe { ctx.state_seq_get_data_ext(bytes.as_mut_ptr(), 0, flags) };
+    // sequence `seq` with these flags.
+    let written = unsafe { ctx.state_seq_get_data_ext(bytes.as_mut_ptr(), seq, flags) };
     (written == size).then_some(bytes)
 }
 
-/// Replaces sequence 0's state with `bytes`; false if llama.cpp refused them (the sequence is
-/// then in an unknown state: the caller clears it).
+/// Replaces sequence 0's state with `bytes` (a state saved from any sequence); false if
+/// llama.cpp refused them (the sequence is then in an unknown state: the caller clears it).
 ///
 /// Only ever called with bytes [`sequence_state`] produced for a context of the same model,
 /// llama.cpp build and state-shaping parameters: in RAM they never left the process, and a

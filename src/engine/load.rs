@@ -126,6 +126,9 @@ pub(super) struct Contexts<'m> {
     pub(super) n_batch: usize,
     /// The recurrent-state snapshots the target keeps (`n_rs_seq`).
     pub(super) rs_snapshots: u32,
+    /// Sequences the context holds at once (`--parallel`, where the model and the drafter
+    /// allow more than one).
+    pub(super) n_seq_max: u32,
     /// Whether the target computes attention with flash attention: `on` or `off`, what
     /// llama.cpp chose for an `auto` policy (`auto` only if it did not say).
     pub(super) flash_attention: &'static str,
@@ -149,6 +152,7 @@ pub(super) fn create_decoder<'m>(
     let n_batch = config.batch_size.clamp(1, n_ctx);
     let speculating = plan.drafter != Drafter::None;
     let rs_snapshots = if speculating { plan.draft_max } else { 0 };
+    let n_seq_max = sequences(config.parallel, speculating, model.is_recurrent() || model.is_hybrid());
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(n_batch)
@@ -157,6 +161,10 @@ pub(super) fn create_decoder<'m>(
         .with_n_threads_batch(config.threads_batch.max(1) as i32)
         .with_flash_attention_policy(flash)
         .with_swa_full(config.swa_full)
+        // One pool of cells for all sequences: one conversation alone can fill the context,
+        // and memory does not grow with --parallel.
+        .with_n_seq_max(n_seq_max)
+        .with_kv_unified(true)
         // Recurrent state a verification step may have to roll back: one per draft (llama.cpp
         // keeps it only for architectures that support the rollback).
         .with_n_rs_seq(rs_snapshots);
@@ -207,7 +215,30 @@ pub(super) fn create_decoder<'m>(
         ),
     }
     let rs_snapshots = if drafter == Drafter::None { 0 } else { rs_snapshots };
-    Ok(Contexts { decoder, n_batch: n_batch as usize, rs_snapshots, flash_attention })
+    Ok(Contexts { decoder, n_batch: n_batch as usize, rs_snapshots, n_seq_max, flash_attention })
+}
+
+/// How many sequences the context holds: `parallel`, or one where requests cannot share
+/// its steps (a drafter follows one sequence; a recurrent state would need one state per
+/// sequence, which firstword does not keep yet): requests then wait their turn, as the
+/// start-up log says.
+fn sequences(parallel: u32, speculating: bool, recurrent: bool) -> u32 {
+    let parallel = parallel.max(1);
+    let reason = match (speculating, recurrent) {
+        _ if parallel == 1 => return 1,
+        (true, _) => "speculative decoding follows one sequence",
+        (_, true) => "the model keeps a recurrent state",
+        _ => {
+            tracing::info!(
+                "{parallel} sequences share the context: a request arriving while a reply streams starts at once"
+            );
+            return parallel;
+        }
+    };
+    tracing::info!(
+        "one sequence: {reason}; a request arriving while a reply streams waits for it (--parallel {parallel} asked)"
+    );
+    1
 }
 
 /// Whether the context can drop the last position of a sequence, as rejecting a draft does:

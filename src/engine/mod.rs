@@ -23,9 +23,6 @@ mod request;
 mod request_path;
 mod runs;
 mod sampling;
-// The multi-sequence worker that carries its plans out is not built yet (issue: several
-// conversations in one context); the rules are settled and tested first.
-#[cfg_attr(not(test), allow(dead_code))]
 mod schedule;
 mod sequence;
 mod speculation;
@@ -56,8 +53,8 @@ pub use error::{EngineError, SpeculationError};
 pub use handles::{EngineLoad, Generation, PendingPrefill};
 pub use request::{
     CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, Candidate, DiskStatus,
-    DraftStats, Event, FinishReason, GenerationRequest, ParkingCounts, PrefillReport, Prompt, ReplyCut, Timings,
-    TokenLogprob, Usage, CEILING_MIN_ROOM, MAX_PREGENERATE, MAX_TOP_LOGPROBS,
+    DraftStats, Event, FinishReason, GenerationRequest, LaneCounts, ParkingCounts, PrefillReport, Prompt, ReplyCut,
+    SharedSteps, Timings, TokenLogprob, Usage, CEILING_MIN_ROOM, MAX_PREGENERATE, MAX_TOP_LOGPROBS,
 };
 pub(crate) use request_path::RequestClock;
 pub use request_path::RequestPath;

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
@@ -48,9 +49,9 @@ pub(super) fn still_wanted(shutting_down: &AtomicBool, events: &UnboundedSender<
 
 /// The reply to one request as it is generated.
 pub(super) struct Reply<'j> {
-    events: &'j UnboundedSender<Event>,
+    events: UnboundedSender<Event>,
     /// Set by the client to end the reply early.
-    finish_requested: &'j AtomicBool,
+    finish_requested: Arc<AtomicBool>,
     shutting_down: &'j AtomicBool,
     /// Most tokens to generate.
     limit: u32,
@@ -138,8 +139,8 @@ pub(super) fn reasoning_must_end(
 impl<'j> Reply<'j> {
     /// An empty reply of at most `limit` tokens, sent to `events`.
     pub(super) fn new(
-        events: &'j UnboundedSender<Event>,
-        finish_requested: &'j AtomicBool,
+        events: UnboundedSender<Event>,
+        finish_requested: Arc<AtomicBool>,
         shutting_down: &'j AtomicBool,
         limit: u32,
     ) -> Self {
@@ -250,27 +251,16 @@ impl<'j> Reply<'j> {
         Ok(reason)
     }
 
-    /// Generates from the logits at `logits_index` on, evaluating each picked token (with
-    /// drafts, through `speculating`) until the reply ends. The last picked token is not
-    /// evaluated: the next turn's prefill does that. The end of the reasoning is written in place
-    /// of sampled tokens once its budget is spent, or once an answer that must match a grammar
-    /// needs the tokens left ([`reasoning_must_end`]). With a replay
-    /// ([`Reply::with_replay`]), the parked tokens are picked again from their saved logits by this request's own
-    /// sampler: as long as it picks the same ones, nothing is evaluated; where it parts ways,
-    /// the rest leaves the cache and generation goes on as usual.
-    pub(super) fn generate(
+    /// Starts the reply's generation with `picker`: what the text stream holds back, the
+    /// markers shown, the forced end of the reasoning (see [`Reply::pick`]).
+    pub(super) fn begin<'p>(
         &mut self,
         tokenizer: &Tokenizer,
         request: &GenerationRequest,
-        mut picker: TokenPicker<'_>,
-        sequence: &mut LiveSequence<'_>,
-        speculating: &mut Speculating<'_>,
-        mut logits_index: i32,
-    ) -> Result<FinishReason, Halt> {
+        picker: TokenPicker<'p>,
+        n_ctx: usize,
+    ) -> Generating<'p> {
         let vocab = tokenizer.model().vocab();
-        let mut utf8 = Utf8Stream::default();
-        let mut stops = StopMatcher::new(&request.stop);
-        let n_ctx = sequence.n_ctx() as usize;
         // Markers that are single special tokens are shown (the reasoning's too, so the text
         // can be split); other special tokens are not.
         let reasoning = self.reasoning;
@@ -292,92 +282,130 @@ impl<'j> Reply<'j> {
             .collect();
         let top_logprobs = request.logprobs.map(|n| n as usize);
         self.logprobs = top_logprobs.map(|_| LogprobQueue::default());
-        // The end of the reasoning, written token by token once the budget is spent or the
-        // answer a grammar requires needs the tokens left.
-        let mut forced: Option<VecDeque<LlamaToken>> = None;
         let close = reasoning.map(|r| vocab.tokenize(r.format.forced_close.as_bytes(), false, true));
         let room = reasoning
             .and_then(|r| r.answer_tokens)
             .zip(close.as_ref())
             .map(|(answer, close)| answer_room(close.len() as u32, answer));
-        let reason = loop {
-            if self.tokens >= self.limit {
-                break FinishReason::Length;
+        Generating {
+            picker,
+            tokenizer: tokenizer.clone(),
+            utf8: Utf8Stream::default(),
+            stops: StopMatcher::new(&request.stop),
+            preserved,
+            top_logprobs,
+            forced: None,
+            close,
+            room,
+            n_ctx,
+        }
+    }
+
+    /// The saved logits of the next step, while the reply follows a parked generation that
+    /// has them; otherwise the caller reads the context's.
+    pub(super) fn replayed_logits(&self) -> Option<Logits<'j, 'j>> {
+        let step = self.tokens as usize;
+        self.replay.and_then(|replay| replay.logits.get(step)).map(|saved| Logits::Saved(saved))
+    }
+
+    /// One step of the reply: picks the next token from `logits` (the end of the reasoning
+    /// is written in place of sampled tokens once its budget is spent, or once an answer that
+    /// must match a grammar needs the tokens left: [`reasoning_must_end`]), streams its text
+    /// (held back where it may be a stop string or half a character), and says what the caller
+    /// does next. `evaluated` is how many positions the sequence holds for good (drafts of
+    /// the last batch not counted). With a replay ([`Reply::with_replay`]), the parked tokens
+    /// are picked again from their saved logits by this request's own sampler: as long as it
+    /// picks the same ones, nothing is evaluated; where it parts ways, the caller cuts the
+    /// rest and generation goes on as usual. The last picked token is never evaluated: the
+    /// next turn's prefill does that.
+    pub(super) fn pick(
+        &mut self,
+        generating: &mut Generating<'_>,
+        logits: Logits<'_, '_>,
+        evaluated: usize,
+    ) -> Result<Picked, Halt> {
+        if self.tokens >= self.limit {
+            return self.finish(generating, FinishReason::Length).map(Picked::Done);
+        }
+        let step = self.tokens as usize;
+        // Before the client is checked: a reply parked when it left needs the next logits.
+        self.record_logits(step, logits);
+        still_wanted(self.shutting_down, &self.events)?;
+        if self.finish_requested.load(Ordering::Relaxed) {
+            return self.finish(generating, FinishReason::Stop).map(Picked::Done);
+        }
+        fail::fail_point!("engine::token");
+        let picker = &mut generating.picker;
+        let thinking = picker.in_reasoning();
+        if let (Some(limit), Some(close)) = (self.reasoning, generating.close.as_ref()) {
+            let end = reasoning_must_end(self.limit, self.tokens, self.reasoning_tokens, limit.budget, generating.room);
+            if thinking && generating.forced.is_none() && end {
+                generating.forced = Some(close.iter().copied().collect());
             }
-            let step = self.tokens as usize;
-            let logits = match self.replay.and_then(|replay| replay.logits.get(step)) {
-                Some(saved) => Logits::Saved(saved),
-                None => Logits::Context(sequence.target(), logits_index),
-            };
-            // Before the client is checked: a reply parked when it left needs the next logits.
-            self.record_logits(step, logits);
-            still_wanted(self.shutting_down, self.events)?;
-            if self.finish_requested.load(Ordering::Relaxed) {
-                break FinishReason::Stop;
+        }
+        let token = match generating.forced.as_mut().and_then(VecDeque::pop_front) {
+            Some(token) => {
+                picker.force(token)?;
+                token
             }
-            fail::fail_point!("engine::token");
-            let thinking = picker.in_reasoning();
-            if let (Some(limit), Some(close)) = (reasoning, close.as_ref()) {
-                let end = reasoning_must_end(self.limit, self.tokens, self.reasoning_tokens, limit.budget, room);
-                if thinking && forced.is_none() && end {
-                    forced = Some(close.iter().copied().collect());
-                }
-            }
-            let token = match forced.as_mut().and_then(VecDeque::pop_front) {
-                Some(token) => {
-                    picker.force(token)?;
-                    token
-                }
-                None => picker.pick(logits)?,
-            };
-            if let Some(recording) = self.recording.as_mut() {
-                recording.tokens.push(token);
-            }
-            if vocab.is_eog(token) {
-                break FinishReason::Stop;
-            }
-            self.tokens += 1;
-            self.reasoning_tokens += u32::from(thinking);
-            let piece = vocab.token_to_piece(token, preserved.contains(&token), None);
-            let text = utf8.push(&piece);
-            if let (Some(queue), Some(top)) = (self.logprobs.as_mut(), top_logprobs) {
-                queue.push(token_logprob(tokenizer, logits.values(), token, piece, top), text.len());
-            }
-            // Stop strings cut free text only, never constrained output (a call, JSON).
-            let scan =
-                if picker.constraining() { StopScan::Continue(stops.finish() + &text) } else { stops.push(&text) };
-            match scan {
-                StopScan::Continue(text) => {
-                    if !self.send(text) {
-                        return Err(Halt::Cancelled);
-                    }
-                }
-                StopScan::Stopped(text) => return self.end(text, FinishReason::Stop),
-            }
-            // Positions evaluated for good (drafts in the last batch are still tentative).
-            let evaluated = sequence.tokens().len() - speculating.pending();
-            if self.tokens >= self.limit || evaluated >= n_ctx {
-                break FinishReason::Length;
-            }
-            if let Some(parked) = self.replay {
-                if parked.tokens.get(step) == Some(&token) {
-                    // Parked and evaluated already.
-                    self.adopted += 1;
-                    continue;
-                }
-                // This request parts ways with the parked tokens: they leave the cache.
-                if !sequence.cut(parked.prompt_len + step) {
-                    return Err(Halt::Failed(EngineError::Decode("the parked tokens could not be cut".into())));
-                }
-                self.replay = None;
-            }
-            let room = ((self.limit - self.tokens) as usize).min(n_ctx - evaluated) - 1;
-            logits_index = speculating.advance(sequence, token, room)?;
-            sequence.checkpoint_reply();
+            None => picker.pick(logits)?,
         };
-        // Release what was held back: an unfinished character, text that looked like a stop.
-        let rest = utf8.finish();
-        let scan = if picker.constraining() { StopScan::Continue(stops.finish() + &rest) } else { stops.push(&rest) };
+        if let Some(recording) = self.recording.as_mut() {
+            recording.tokens.push(token);
+        }
+        let vocab = generating.tokenizer.model().vocab();
+        if vocab.is_eog(token) {
+            return self.finish(generating, FinishReason::Stop).map(Picked::Done);
+        }
+        self.tokens += 1;
+        self.reasoning_tokens += u32::from(thinking);
+        let piece = vocab.token_to_piece(token, generating.preserved.contains(&token), None);
+        let text = generating.utf8.push(&piece);
+        if let (Some(queue), Some(top)) = (self.logprobs.as_mut(), generating.top_logprobs) {
+            queue.push(token_logprob(&generating.tokenizer, logits.values(), token, piece, top), text.len());
+        }
+        // Stop strings cut free text only, never constrained output (a call, JSON).
+        let scan = if generating.picker.constraining() {
+            StopScan::Continue(generating.stops.finish() + &text)
+        } else {
+            generating.stops.push(&text)
+        };
+        match scan {
+            StopScan::Continue(text) => {
+                if !self.send(text) {
+                    return Err(Halt::Cancelled);
+                }
+            }
+            StopScan::Stopped(text) => return self.end(text, FinishReason::Stop).map(Picked::Done),
+        }
+        if self.tokens >= self.limit || evaluated >= generating.n_ctx {
+            return self.finish(generating, FinishReason::Length).map(Picked::Done);
+        }
+        let mut cut_to = None;
+        if let Some(parked) = self.replay {
+            if parked.tokens.get(step) == Some(&token) {
+                // Parked and evaluated already.
+                self.adopted += 1;
+                return Ok(Picked::Held);
+            }
+            // This request parts ways with the parked tokens: they leave the cache.
+            cut_to = Some(parked.prompt_len + step);
+            self.replay = None;
+        }
+        let room = ((self.limit - self.tokens) as usize).min(generating.n_ctx - evaluated) - 1;
+        Ok(Picked::Evaluate { token, room, cut_to })
+    }
+
+    /// Releases what was held back (an unfinished character, text that looked like a stop)
+    /// and ends the reply with `reason`.
+    fn finish(&mut self, generating: &mut Generating<'_>, reason: FinishReason) -> Result<FinishReason, Halt> {
+        let rest = generating.utf8.finish();
+        let stops = &mut generating.stops;
+        let scan = if generating.picker.constraining() {
+            StopScan::Continue(stops.finish() + &rest)
+        } else {
+            stops.push(&rest)
+        };
         match scan {
             StopScan::Continue(text) => {
                 let tail = text + &stops.finish();
@@ -386,6 +414,78 @@ impl<'j> Reply<'j> {
             StopScan::Stopped(text) => self.end(text, FinishReason::Stop),
         }
     }
+
+    /// One step of the reply in the live sequence: picks the next token from the logits at
+    /// `logits_index` (or the replay's) and evaluates it (with drafts, through `speculating`),
+    /// moving `logits_index` to its logits. The reason, once the reply has ended.
+    pub(super) fn step(
+        &mut self,
+        generating: &mut Generating<'_>,
+        sequence: &mut LiveSequence<'_>,
+        speculating: &mut Speculating<'_>,
+        logits_index: &mut i32,
+    ) -> Result<Option<FinishReason>, Halt> {
+        // Positions evaluated for good (drafts in the last batch are still tentative).
+        let evaluated = sequence.tokens().len() - speculating.pending();
+        let logits = match self.replayed_logits() {
+            Some(saved) => saved,
+            None => Logits::Context(sequence.target(), *logits_index),
+        };
+        match self.pick(generating, logits, evaluated)? {
+            Picked::Done(reason) => return Ok(Some(reason)),
+            Picked::Held => {}
+            Picked::Evaluate { token, room, cut_to } => {
+                if let Some(keep) = cut_to {
+                    if !sequence.cut(keep) {
+                        return Err(Halt::Failed(EngineError::Decode("the parked tokens could not be cut".into())));
+                    }
+                }
+                *logits_index = speculating.advance(sequence, token, room)?;
+                sequence.checkpoint_reply();
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A reply's generation under way: its sampler, and what its text stream holds back.
+pub(super) struct Generating<'p> {
+    picker: TokenPicker<'p>,
+    tokenizer: Tokenizer,
+    utf8: Utf8Stream,
+    stops: StopMatcher,
+    /// Special tokens whose text is shown.
+    preserved: Vec<LlamaToken>,
+    /// Log-probabilities asked for, per token.
+    top_logprobs: Option<usize>,
+    /// The end of the reasoning, written token by token once the budget is spent or the
+    /// answer a grammar requires needs the tokens left.
+    forced: Option<VecDeque<LlamaToken>>,
+    /// The tokens that end the reasoning.
+    close: Option<Vec<LlamaToken>>,
+    /// The tokens the answer keeps when it must match a grammar ([`answer_room`]).
+    room: Option<u32>,
+    /// Context size in tokens.
+    n_ctx: usize,
+}
+
+/// What a reply's step leaves to its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Picked {
+    /// Evaluate `token` (with up to `room` drafts after it), after cutting the cache to
+    /// `cut_to` positions where it says so (a parked generation the reply parts ways with).
+    Evaluate {
+        /// The token picked.
+        token: LlamaToken,
+        /// Most drafts that may follow it.
+        room: usize,
+        /// Positions to keep before evaluating it.
+        cut_to: Option<usize>,
+    },
+    /// The token was parked and is evaluated already.
+    Held,
+    /// The reply ended.
+    Done(FinishReason),
 }
 
 #[cfg(test)]

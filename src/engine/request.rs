@@ -147,6 +147,17 @@ pub struct Timings {
     /// What the request cost before its prompt was evaluated, stage by stage (`None` for
     /// requests that did not come through [`crate::api`]'s conversion path, e.g. a warm prompt).
     pub request: Option<RequestPath>,
+    /// Whether other requests' replies shared the reply's steps (`None`: it ran alone).
+    pub shared: Option<SharedSteps>,
+}
+
+/// How a reply shared the context's steps with other requests (`--parallel`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharedSteps {
+    /// The sequence it was served in (0: the live sequence; others: lanes beside it).
+    pub sequence: u32,
+    /// Most other replies that were computed in the same step as one of its tokens.
+    pub replies_beside: u32,
 }
 
 /// What the cache did for one prompt: where its reused tokens came from and, when it could
@@ -284,8 +295,19 @@ pub struct CacheStatus {
     pub disk: Option<DiskStatus>,
     /// Parked generations since the engine started.
     pub parking: ParkingCounts,
+    /// Requests served beside the live sequence's reply (`--parallel`).
+    pub lanes: LaneCounts,
     /// The media kept decoded and tokenized (with a projector), read live.
     pub media: Option<crate::engine::media::MediaCacheStatus>,
+}
+
+/// Requests served in lanes: sequences of their own beside the live sequence's reply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaneCounts {
+    /// Lanes serving a request now.
+    pub running: u32,
+    /// Requests served to their end in a lane since start.
+    pub served: u64,
 }
 
 /// What became of parked generations (a prefill's pregenerated tokens, the reply of a client

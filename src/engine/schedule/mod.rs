@@ -11,7 +11,9 @@
 //!   ahead of everything nobody waits for, oldest first, in chunks as large as the streaming
 //!   replies allow: the step must end before the most pressed reply falls below the speech
 //!   floor ([`Limits::min_gap`]), judged by the measured [`StepCost`]; with nothing streaming a
-//!   prompt gets the whole batch. At least [`Limits::min_chunk`] prompt tokens go into every
+//!   prompt gets the whole batch. A step is two decodes when it carries both: the replies'
+//!   tokens in one, the prompt chunk in its own ([`Batch::time`]), so a reply's numbers never
+//!   depend on a prompt evaluated beside it. At least [`Limits::min_chunk`] prompt tokens go into every
 //!   batch while a prompt waits, so a new speaker progresses even when a step is slower than
 //!   the floor allows.
 //! - **Nobody's work yields.** Anticipation, parked generations, pregeneration and `--warm` (a
@@ -127,11 +129,13 @@ pub(crate) struct Batch {
 
 impl Batch {
     /// Tokens in the batch.
+    #[cfg(test)]
     pub(crate) fn tokens(&self) -> u32 {
         self.entries.iter().map(|entry| entry.tokens).sum()
     }
 
     /// Whether nothing is to be computed.
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -141,8 +145,17 @@ impl Batch {
         self.entries.iter().find(|entry| entry.seq == seq)
     }
 
-    /// How many other sequences' replies share the batch with `seq` (what a request's timings
-    /// report as "shared the batch with N replies").
+    /// The predicted time of the step: the replies' decode, and the prompt chunks' own decode
+    /// when there are any.
+    pub(crate) fn time(&self, cost: StepCost) -> Duration {
+        let of = |work: Work| self.entries.iter().filter(|e| e.work == work).map(|e| e.tokens).sum::<u32>();
+        let (replies, prompts) = (of(Work::Reply), of(Work::Prompt));
+        let call = |tokens: u32| if tokens == 0 { Duration::ZERO } else { cost.of(tokens) };
+        call(replies) + call(prompts)
+    }
+
+    /// How many other sequences' replies share the batch with `seq`.
+    #[cfg(test)]
     pub(crate) fn replies_beside(&self, seq: SeqId) -> usize {
         self.entries.iter().filter(|entry| entry.seq != seq && entry.work == Work::Reply).count()
     }
@@ -197,7 +210,8 @@ pub(crate) fn next_batch(now: Duration, pending: &[Pending], cost: StepCost, lim
         None => room,
         Some(until) => {
             let slack = until.saturating_sub(now);
-            let fits = slack.saturating_sub(cost.of(batch.tokens()));
+            // The replies' decode, then the prompt chunk's own call.
+            let fits = slack.saturating_sub(batch.time(cost) + cost.per_step);
             let by_time = tokens_within(fits, cost.per_token);
             by_time.max(limits.min_chunk).min(room)
         }

@@ -36,17 +36,19 @@ fn a_prompt_alone_takes_the_whole_batch() {
 
 #[test]
 fn a_new_speaker_shares_the_step_of_a_streaming_reply() {
-    // A streams (its last token 10 ms ago); B's warm prompt has 20 tokens left, which with A's
-    // token would take 11 ms + 21 × 3 ms = 74 ms: one more than A's gap leaves, so B gets 19.
+    // A streams (its last token 10 ms ago); B's warm prompt has 20 tokens left, which after
+    // A's token (14 ms) in a call of its own would take 11 ms + 20 × 3 ms: more than A's gap
+    // leaves.
     let now = MS * 110;
     let pending = [reply(0, Waiter::Person, 100, 1), prompt(1, Waiter::Person, 105, 20)];
     let batch = next_batch(now, &pending, COST, LIMITS);
     assert_eq!(batch.entry(0), Some(&Entry { seq: 0, work: Work::Reply, tokens: 1 }));
     let b = batch.entry(1).expect("the new speaker's prompt is in the batch");
     assert_eq!(b.work, Work::Prompt);
-    // 183 ms due − 110 ms now = 73 ms; minus the step with A's token (14 ms) leaves 59 ms: 19 tokens.
-    assert_eq!(b.tokens, 19);
-    assert!(COST.of(batch.tokens()) <= MS * 73);
+    // 183 ms due − 110 ms now = 73 ms; minus A's token (14 ms) and the prompt call's own 11 ms
+    // leaves 48 ms: 16 tokens.
+    assert_eq!(b.tokens, 16);
+    assert!(batch.time(COST) <= MS * 73);
     assert_eq!(batch.replies_beside(1), 1);
 }
 
@@ -211,8 +213,8 @@ proptest! {
             // The step ends by the due time, unless the replies and the minimum chunk alone
             // already take longer.
             let replies: u32 = batch.entries.iter().filter(|e| e.work == Work::Reply).map(|e| e.tokens).sum();
-            let least = cost.of(replies + limits.min_chunk);
-            let predicted = cost.of(batch.tokens());
+            let least = cost.of(replies) + cost.of(limits.min_chunk);
+            let predicted = batch.time(cost);
             prop_assert!(predicted <= due.saturating_sub(now).max(least), "{predicted:?} past {due:?} at {now:?}");
         }
     }

@@ -21,8 +21,12 @@ use super::store::StateStore;
 use super::threads::ThreadGovernor;
 use super::{CacheMiss, CacheSource, EngineError};
 
+mod lanes;
 mod restore;
 mod saved;
+
+pub(crate) use lanes::LaneStart;
+use lanes::Lanes;
 
 /// The token list the KV cache holds (prompt and generated tokens), with the cache itself.
 pub(crate) struct LiveSequence<'m> {
@@ -64,6 +68,8 @@ pub(crate) struct LiveSequence<'m> {
     /// never stopped (a drafter, recurrent state, a context llama.cpp's callback could not be
     /// set on). Declared after `decoder`, so the context it is set on is dropped first.
     decode_stop: Option<Arc<DecodeStop>>,
+    /// Other requests' sequences in the same context (`--parallel`).
+    lanes: Lanes<'m>,
 }
 
 /// Decodes can be stopped by a check until this is dropped ([`LiveSequence::stop_decodes_while`]).
@@ -112,6 +118,7 @@ impl<'m> LiveSequence<'m> {
         n_swa: Option<u32>,
         recurrent: bool,
         rs_snapshots: usize,
+        n_seq_max: u32,
     ) -> Self {
         let mut decoder = decoder;
         // A recurrent state stopped midway may be half written: its decodes always finish.
@@ -134,6 +141,7 @@ impl<'m> LiveSequence<'m> {
             reply: None,
             threads: None,
             decode_stop,
+            lanes: Lanes::new(n_seq_max, n_batch),
         }
     }
 
@@ -239,6 +247,7 @@ impl<'m> LiveSequence<'m> {
             return false;
         }
         self.cached.truncate(keep);
+        self.lanes.home_cut(keep);
         self.reply = self.reply.filter(|&(start, _)| keep > start).map(|(start, end)| (start, end.min(keep)));
         // A rollback is single-use until the next batch.
         self.rewindable = 0;
@@ -250,6 +259,7 @@ impl<'m> LiveSequence<'m> {
         self.checkpoint_pending = false;
         self.decoder.clear();
         self.cached.clear();
+        self.lanes.home_cut(0);
         self.rewindable = 0;
         self.reply = None;
     }
@@ -267,21 +277,34 @@ impl<'m> LiveSequence<'m> {
         }
         self.save_pending_checkpoint();
         self.follow_threads(tokens.len());
-        match self.decoder.decode(tokens, self.cached.len(), kind) {
+        // With lanes busy, a single generated token rides their step; anything else waits
+        // for their step first (see `lanes`).
+        let rides = self.lanes.busy() && kind == BatchKind::Generated && tokens.len() == 1;
+        let decoded = if rides {
+            self.lanes_step(Some(tokens[0])).and_then(|row| {
+                row.ok_or_else(|| EngineError::Internal("the shared step lost sequence 0's token".into()))
+            })
+        } else {
+            if self.lanes.busy() {
+                self.lanes_step(None)?;
+            }
+            self.decoder.decode(tokens, self.cached.len(), kind).map(|()| tokens.len() as i32 - 1)
+        };
+        let last_row = match decoded {
             // llama.cpp removed the stopped token's position: the cache holds what it held.
             Err(EngineError::DecodeStopped) if tokens.len() == 1 => return Err(EngineError::DecodeStopped),
             Err(e) => {
                 self.clear();
                 return Err(e);
             }
-            Ok(()) => {}
-        }
+            Ok(row) => row,
+        };
         self.cached.extend_from_slice(tokens);
         self.rewindable = (tokens.len() - 1).min(self.rs_snapshots);
         if let (BatchKind::Generated, Some((_, end))) = (kind, self.reply.as_mut()) {
             *end = self.cached.len();
         }
-        Ok(tokens.len() as i32 - 1)
+        Ok(last_row)
     }
 
     /// Evaluates a media's tokens at the next cache positions, through the projector, and
@@ -332,7 +355,7 @@ impl<'m> LiveSequence<'m> {
                 self.decode_media(projector, &span.segment)?;
                 done + span.segment.tokens.len()
             } else {
-                let mut next = (done + chunk).min(tokens.len());
+                let mut next = (done + self.home_chunk(tokens.len() - done, chunk)).min(tokens.len());
                 if let Some(at) = plan.checkpoint_at.and_then(|at| at.checked_sub(start)) {
                     if at > done && at < next {
                         next = at;
@@ -457,6 +480,7 @@ impl<'m> LiveSequence<'m> {
     /// history.
     pub(crate) fn begin_reply(&mut self, prompt_len: usize) {
         self.reply = Some((prompt_len.min(self.cached.len()), self.cached.len()));
+        self.lanes.begin_home_reply();
         self.decoder.begin_reply();
     }
 

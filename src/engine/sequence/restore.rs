@@ -218,6 +218,7 @@ impl LiveSequence<'_> {
     /// sequence it restored does not end where `tokens` do (it was not computed for them):
     /// every restore, from RAM, a checkpoint or disk, comes through here.
     pub(super) fn adopt(&mut self, tokens: Vec<LlamaToken>, state: &SavedState) -> Result<(), String> {
+        self.lanes.home_cut(0);
         self.rewindable = 0;
         self.reply = None;
         self.checkpoint_pending = false;

@@ -3,6 +3,7 @@
 //! limits, reuse the cached prefix, prefill, generate) whose failure is reported in one place,
 //! followed by the cache's upkeep for the next turn.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -40,6 +41,7 @@ use setup::{check_cache_budget, open_disk_cache};
 mod evaluate;
 mod explain;
 mod faults;
+mod lanes;
 mod media;
 mod overflow;
 mod parked;
@@ -115,7 +117,7 @@ pub(super) fn run(
             return Ok(());
         }
     };
-    let (mut session, info) = match Session::new(&models, config, cache_ram_mib, signals) {
+    let (mut session, info) = match Session::new(&models, config, cache_ram_mib, signals, commands) {
         Ok(started) => started,
         Err(e) => {
             report(Err(e));
@@ -129,7 +131,7 @@ pub(super) fn run(
     loop {
         if signals.shutting_down.load(Ordering::Relaxed) {
             // New submissions are refused by now: fail what is still queued, then stop.
-            for command in commands.try_iter() {
+            for command in session.deferred.drain(..).chain(commands.try_iter()) {
                 let job = match command {
                     Command::Generate(job) => Some(job),
                     Command::Prefill(queued) => queued.take(),
@@ -141,7 +143,7 @@ pub(super) fn run(
             }
             break;
         }
-        match commands.recv_timeout(Duration::from_millis(100)) {
+        match session.next_command(Duration::from_millis(100)) {
             Ok(command) => {
                 // The disk writer waits while a request or prefill runs (not while the engine
                 // waits for it to write).
@@ -151,10 +153,18 @@ pub(super) fn run(
                 handled?;
                 idle_since = Instant::now();
             }
+            Err(RecvTimeoutError::Timeout) if session.sequence.lanes_busy() => {
+                session.hold_disk_writes(true);
+                session.sequence.step_lanes();
+                session.hold_disk_writes(false);
+                session.publish_lanes();
+                idle_since = Instant::now();
+            }
             Err(RecvTimeoutError::Timeout) => session.on_idle(idle_since.elapsed()),
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
+    session.sequence.end_lanes();
     session.sequence.persist_before_exit(SHUTDOWN_WRITE_LIMIT);
     Ok(())
 }
@@ -198,6 +208,11 @@ struct Session<'m> {
     clock: Option<RequestClock>,
     /// The multimodal projector (`--mmproj`), if one is loaded.
     projector: Option<Projector>,
+    /// The queue's receiving end.
+    commands: &'m Receiver<Command>,
+    /// Commands taken from the queue to see whether they could take a lane, and left for
+    /// their turn (they are served before anything newer).
+    deferred: VecDeque<Command>,
 }
 
 /// A reply generated to its end, its last event not sent yet.
@@ -220,6 +235,7 @@ impl<'m> Session<'m> {
         config: &EngineConfig,
         cache_ram_mib: u64,
         signals: &'m Signals,
+        commands: &'m Receiver<Command>,
     ) -> Result<(Self, ModelInfo), EngineError> {
         let Models { backend, model: shared_model, draft_model, plan } = models;
         let model: &LlamaModel = shared_model;
@@ -228,10 +244,10 @@ impl<'m> Session<'m> {
         // The window llama.cpp applies, which the GGUF key alone does not always tell.
         let n_swa = effective_sliding_window(model);
         let n_ctx_train = model.n_ctx_train();
-        let Contexts { decoder, n_batch, rs_snapshots, flash_attention } =
+        let Contexts { decoder, n_batch, rs_snapshots, n_seq_max, flash_attention } =
             create_decoder(backend, model, draft_model, plan, config)?;
         let recurrent = model.is_recurrent() || model.is_hybrid();
-        let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize);
+        let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize, n_seq_max);
         let mut budget = usize::try_from(cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         let projector = match &config.mmproj {
             Some(path) => {
@@ -270,7 +286,7 @@ impl<'m> Session<'m> {
                 kv_types: "f16/f16".into(),
                 swa_full: config.swa_full,
                 flash_attention: flash_attention.into(),
-                n_seq_max: 1,
+                n_seq_max,
                 n_rs_seq: rs_snapshots,
                 drafter: sequence.drafter_name().into(),
                 projector: ContextShape::projector_of(config.mmproj.as_deref())
@@ -329,6 +345,8 @@ impl<'m> Session<'m> {
             parking: ParkingCounts::default(),
             clock: None,
             projector,
+            commands,
+            deferred: VecDeque::new(),
         };
         let mut session = session;
         // The probe evaluates on the context (clearing it): before the conversation comes back.
@@ -433,7 +451,8 @@ impl<'m> Session<'m> {
 
     /// Publishes what the cache holds for [`super::Engine::cache_status`].
     fn publish_cache_status(&self) {
-        *self.signals.cache_status.lock() = CacheStatus { parking: self.parking, ..self.sequence.status() };
+        *self.signals.cache_status.lock() =
+            CacheStatus { parking: self.parking, lanes: self.sequence.lane_counts(), ..self.sequence.status() };
     }
 
     /// One request's steps, up to its complete reply: tokenize, check the limits, reuse the
@@ -444,10 +463,13 @@ impl<'m> Session<'m> {
         landmarks: Landmarks,
         request: &GenerationRequest,
         events: &UnboundedSender<Event>,
-        finish_requested: &AtomicBool,
+        finish_requested: &Arc<AtomicBool>,
     ) -> Result<CompletedReply, Halt> {
         let fitted = self.fit_prompt(prompt, landmarks, request)?;
         let prompt_tokens = fitted.tokens.len() as u32;
+        // Room beside the lanes for the prompt and its whole reply.
+        let reserved = fitted.tokens.len() + fitted.limit as usize;
+        self.make_room(reserved);
         let (picker, reasoning, reasoning_opened) = self.reply_picker(request, fitted.text.as_deref())?;
         let parked = self.take_parked(&fitted.tokens);
         let Evaluated { cached, logits_index, mut cache, time: prompt_time, request: request_path, .. } = match &parked
@@ -457,29 +479,43 @@ impl<'m> Session<'m> {
         };
         let FittedPrompt { text: prompt_text, limit, shortened, dropped_messages, .. } = fitted;
         let cached_tokens = cached as u32;
-        let shutting_down = &self.signals.shutting_down;
+        let signals = self.signals;
+        let shutting_down = &signals.shutting_down;
 
         let generation_start = Instant::now();
         let budget = request.reasoning_budget.or(self.reasoning_budget);
         let answer_tokens = reasoning.and(request.grammar.as_ref()).and_then(|grammar| self.smallest_answer(grammar));
-        let mut reply = Reply::new(events, finish_requested, shutting_down, limit)
+        let mut reply = Reply::new(events.clone(), Arc::clone(finish_requested), shutting_down, limit)
             .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget, answer_tokens }))
             .with_replay(parked.as_ref().map(Parked::replay))
             .with_recording(self.recorded_steps());
-        let mut speculating = Speculating::new(&mut self.depth);
+        let mut generating = reply.begin(&self.tokenizer, request, picker, self.sequence.n_ctx() as usize);
+        // The depth is lent to this reply's speculation and learned back after it.
+        let mut depth = self.depth.clone();
+        let mut speculating = Speculating::new(&mut depth);
         self.sequence.begin_reply(fitted.tokens.len());
         // A client that leaves during a decode step stops it there: the next request (the same
         // one sent again, often) is not kept waiting for a token nobody reads.
         let watched = events.clone();
         let stop_while = self.sequence.stop_decodes_while(Box::new(move || watched.is_closed()));
-        let outcome =
-            reply.generate(&self.tokenizer, request, picker, &mut self.sequence, &mut speculating, logits_index);
+        let mut logits_index = logits_index;
+        let outcome = loop {
+            match reply.step(&mut generating, &mut self.sequence, &mut speculating, &mut logits_index) {
+                Ok(None) => {}
+                Ok(Some(reason)) => break Ok(reason),
+                Err(halt) => break Err(halt),
+            }
+            // A request that arrived meanwhile shares the next steps, where it can.
+            self.admit_waiting(reserved);
+        };
         drop(stop_while);
         cache.adopted = reply.adopted();
         if let Err(e) = speculating.end_round(&mut self.sequence) {
             // The reply itself is complete; only the cache for the next turn is lost.
             tracing::warn!("{e}");
         }
+        let draft = self.sequence.speculates().then(|| speculating.stats(self.sequence.take_catch_up()));
+        self.depth = depth;
         let reason = match outcome {
             Ok(reason) => reason,
             Err(Halt::Cancelled) => {
@@ -498,13 +534,13 @@ impl<'m> Session<'m> {
             dropped_messages,
             reasoning_tokens: reply.reasoning_tokens(),
         };
-        let draft = self.sequence.speculates().then(|| speculating.stats(self.sequence.take_catch_up()));
         let timings = Timings {
             prompt: prompt_time,
             generation: generation_start.elapsed(),
             draft,
             cache,
             request: request_path,
+            shared: self.sequence.home_shared(),
         };
         let finished = Event::Finished { reason, usage, timings };
         Ok(CompletedReply { finished, text: reply.into_text(), prompt_text, shortened, reasoning_opened })

@@ -96,6 +96,7 @@ impl Session<'_> {
             draft: None,
             cache: evaluated.cache,
             request: evaluated.request,
+            shared: None,
         };
         Ok(PrefillReport {
             prompt_tokens: fitted.tokens.len() as u32,

@@ -1,0 +1,167 @@
+//! Requests beside the reply being generated: between two of its steps, the request at the
+//! head of the queue takes a lane ([`crate::engine::sequence::LaneStart`]) when it can be
+//! served there, so it starts at once instead of waiting for the reply to end. What cannot
+//! (media, a prompt that must be shortened, not enough free cells, a prefill) waits its turn
+//! as before, and nothing behind it overtakes it.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{overflow, Session};
+use crate::engine::prefix::common_prefix_len;
+use crate::engine::reply::{ReasoningLimit, Reply};
+use crate::engine::sequence::LaneStart;
+use crate::engine::{Command, EngineError, Event, Job, Prompt};
+
+impl<'m> Session<'m> {
+    /// The next command: one left for its turn first, else the queue's next, waiting up to
+    /// `timeout` (not at all while lanes have work).
+    pub(super) fn next_command(&mut self, timeout: Duration) -> Result<Command, RecvTimeoutError> {
+        if let Some(command) = self.deferred.pop_front() {
+            return Ok(command);
+        }
+        if self.sequence.lanes_busy() {
+            return self.commands.try_recv().map_err(|e| match e {
+                TryRecvError::Empty => RecvTimeoutError::Timeout,
+                TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+            });
+        }
+        self.commands.recv_timeout(timeout)
+    }
+
+    /// Between two steps of the reply under way (which may hold up to `reserved` cells of the
+    /// context): gives the requests at the head of the queue a lane while they can take one.
+    pub(super) fn admit_waiting(&mut self, reserved: usize) {
+        self.admit_while_open(reserved);
+        self.publish_lanes();
+    }
+
+    /// Publishes the cache status when the lanes changed since it was last published (one
+    /// took a request, one ended), so `/metrics` follows them while a reply streams.
+    pub(super) fn publish_lanes(&mut self) {
+        if self.sequence.lane_counts() != self.signals.cache_status.lock().lanes {
+            self.publish_cache_status();
+        }
+    }
+
+    /// Gives the head of the queue lanes while one is open and it can take one.
+    fn admit_while_open(&mut self, reserved: usize) {
+        while self.sequence.lanes_open() && self.deferred.is_empty() {
+            let command = match self.commands.try_recv() {
+                Ok(command) => command,
+                Err(_) => return,
+            };
+            let Command::Generate(job) = command else {
+                self.deferred.push_back(command);
+                return;
+            };
+            if let Some(job) = self.take_lane(job, reserved) {
+                self.deferred.push_back(Command::Generate(job));
+                return;
+            }
+        }
+    }
+
+    /// Serves `job` in a lane; the job back when it must wait for its turn.
+    fn take_lane(&mut self, mut job: Box<Job>, reserved: usize) -> Option<Box<Job>> {
+        if job.events.is_closed() {
+            // The client left while the request was queued: dropped without running.
+            self.signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        if !job.request.media.is_empty() {
+            return Some(job);
+        }
+        let prompt = std::mem::replace(&mut job.prompt, super::PromptInput::Tokens(Vec::new()));
+        let text = prompt.text().map(str::to_owned);
+        let tokens = match self.tokenizer.prompt_tokens(prompt) {
+            Ok(tokens) => tokens,
+            Err(e) => {
+                self.signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
+                let _ = job.events.send(Event::Failed(e));
+                return None;
+            }
+        };
+        let n_ctx = self.sequence.n_ctx();
+        let restore = |job: &mut Box<Job>, tokens: Vec<_>| {
+            job.prompt = match text.clone() {
+                Some(text) => super::PromptInput::Tokenized { text, tokens },
+                None => super::PromptInput::Tokens(tokens.iter().map(|t| t.0).collect()),
+            };
+        };
+        // A prompt that must be shortened (or refused) takes the usual path.
+        let Ok(limit) = overflow::reply_limit(tokens.len() as u32, &job.request, n_ctx, self.n_predict) else {
+            restore(&mut job, tokens);
+            return Some(job);
+        };
+        let shared = common_prefix_len(self.sequence.tokens(), &tokens);
+        let needs = tokens.len() - shared + limit as usize;
+        let free = (n_ctx as usize).saturating_sub(reserved + self.sequence.lanes_reserved());
+        if needs > free {
+            restore(&mut job, tokens);
+            return Some(job);
+        }
+        let (picker, reasoning, in_reasoning) = match self.reply_picker(&job.request, text.as_deref()) {
+            Ok(picked) => picked,
+            Err(e) => {
+                self.signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
+                let _ = job.events.send(Event::Failed(e));
+                return None;
+            }
+        };
+        self.signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
+        let matching = Instant::now();
+        let request = &job.request;
+        let budget = request.reasoning_budget.or(self.reasoning_budget);
+        let answer_tokens = reasoning.and(request.grammar.as_ref()).and_then(|grammar| self.smallest_answer(grammar));
+        let signals = self.signals;
+        let mut reply =
+            Reply::new(job.events.clone(), Arc::clone(&job.finish_requested), &signals.shutting_down, limit)
+                .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget, answer_tokens }));
+        let generating = reply.begin(&self.tokenizer, request, picker, n_ctx as usize);
+        let chat = Arc::clone(&self.chat);
+        let tools = match &request.prompt {
+            Prompt::Chat { tools, .. } => Some(tools.clone()),
+            _ => None,
+        };
+        let remember: Box<dyn FnOnce(&str) + 'm> = Box::new(move |text: &str| {
+            if let Some(tools) = tools {
+                let _ = chat.reply_message(text, in_reasoning, &tools);
+            }
+        });
+        let clock = job.clock.take().map(|mut clock| {
+            clock.taken();
+            clock.finish(matching.elapsed())
+        });
+        let start = LaneStart {
+            prompt: tokens,
+            limit,
+            reply,
+            generating,
+            events: job.events.clone(),
+            in_reasoning,
+            request: clock,
+            remember,
+            admitted: job._admitted,
+        };
+        if self.sequence.admit_lane(start).is_err() {
+            // Checked open above: a lane cannot have been taken meanwhile.
+            let _ = job.events.send(Event::Failed(EngineError::Internal("no lane was free".into())));
+        }
+        None
+    }
+
+    /// Steps the lanes until `needed` cells are free beside them (a request about to be
+    /// served as the live sequence's), or none is busy any more.
+    pub(super) fn make_room(&mut self, needed: usize) {
+        let n_ctx = self.sequence.n_ctx() as usize;
+        while self.sequence.lanes_busy() && needed + self.sequence.lanes_reserved() > n_ctx {
+            if self.signals.shutting_down.load(Ordering::Relaxed) {
+                return;
+            }
+            self.sequence.step_lanes();
+        }
+    }
+}
