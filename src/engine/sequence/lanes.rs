@@ -37,6 +37,9 @@ const MIN_PROMPT_CHUNK: u32 = 16;
 /// The sequence of the live sequence (the one the cache policy, the store and the disk serve).
 const HOME: SeqId = 0;
 
+/// What a lane calls with its reply's text before the client has it.
+pub(crate) type Remember<'m> = Box<dyn FnOnce(&str) + 'm>;
+
 /// A request admitted beside the live sequence's reply, ready to take a lane.
 pub(crate) struct LaneStart<'m> {
     /// Its prompt's tokens.
@@ -55,7 +58,7 @@ pub(crate) struct LaneStart<'m> {
     pub(crate) request: Option<RequestPath>,
     /// Called with the reply's text before the client has it (the chat format remembers the
     /// calls it made, for the next turn's rendering).
-    pub(crate) remember: Box<dyn FnOnce(&str) + 'm>,
+    pub(crate) remember: Remember<'m>,
     /// Its place in the queue's admission count, held until it ends.
     pub(crate) admitted: Admission,
 }
@@ -84,7 +87,7 @@ struct Lane<'m> {
     prompt_time: Duration,
     cache: CacheReport,
     request: Option<RequestPath>,
-    remember: Option<Box<dyn FnOnce(&str) + 'm>>,
+    remember: Option<Remember<'m>>,
     /// Most other replies that shared a step with this one.
     beside: u32,
     _admitted: Admission,
@@ -208,9 +211,9 @@ impl<'m> Lanes<'m> {
 impl<'m> LiveSequence<'m> {
     /// Gives `start` a lane: a free sequence holding the longest prefix of its prompt a live
     /// sequence holds (at least one prompt token is left to evaluate, for the logits), its
-    /// [`Event::Started`] sent. `start` back when no lane is free.
-    pub(crate) fn admit_lane(&mut self, start: LaneStart<'m>) -> Result<(), LaneStart<'m>> {
-        let Some(seq) = self.lanes.free.pop() else { return Err(start) };
+    /// [`Event::Started`] sent. False, and nothing done, when no lane is free.
+    pub(crate) fn admit_lane(&mut self, start: LaneStart<'m>) -> bool {
+        let Some(seq) = self.lanes.free.pop() else { return false };
         let LaneStart { prompt, limit, reply, generating, events, in_reasoning, request, remember, admitted } = start;
         let most = prompt.len().saturating_sub(1);
         // The longest prefix held: sequence 0's (where its window still covers it) or a lane's.
@@ -263,10 +266,10 @@ impl<'m> LiveSequence<'m> {
         if lane.events.send(started).is_err() {
             self.decoder.drop_sequence(seq);
             self.lanes.free.push(seq);
-            return Ok(());
+            return true;
         }
         self.lanes.lanes.push(lane);
-        Ok(())
+        true
     }
 
     /// One step of the lanes alone (nothing of sequence 0's rides it).

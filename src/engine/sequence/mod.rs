@@ -25,8 +25,8 @@ mod lanes;
 mod restore;
 mod saved;
 
-pub(crate) use lanes::LaneStart;
 use lanes::Lanes;
+pub(crate) use lanes::{LaneStart, Remember};
 
 /// The token list the KV cache holds (prompt and generated tokens), with the cache itself.
 pub(crate) struct LiveSequence<'m> {

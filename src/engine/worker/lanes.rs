@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::{overflow, Session};
 use crate::engine::prefix::common_prefix_len;
 use crate::engine::reply::{ReasoningLimit, Reply};
-use crate::engine::sequence::LaneStart;
+use crate::engine::sequence::{LaneStart, Remember};
 use crate::engine::{Command, EngineError, Event, Job, Prompt};
 
 impl<'m> Session<'m> {
@@ -126,7 +126,7 @@ impl<'m> Session<'m> {
             Prompt::Chat { tools, .. } => Some(tools.clone()),
             _ => None,
         };
-        let remember: Box<dyn FnOnce(&str) + 'm> = Box::new(move |text: &str| {
+        let remember: Remember<'m> = Box::new(move |text: &str| {
             if let Some(tools) = tools {
                 let _ = chat.reply_message(text, in_reasoning, &tools);
             }
@@ -146,7 +146,7 @@ impl<'m> Session<'m> {
             remember,
             admitted: job._admitted,
         };
-        if self.sequence.admit_lane(start).is_err() {
+        if !self.sequence.admit_lane(start) {
             // Checked open above: a lane cannot have been taken meanwhile.
             let _ = job.events.send(Event::Failed(EngineError::Internal("no lane was free".into())));
         }
