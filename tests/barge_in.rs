@@ -174,13 +174,15 @@ fn lfm2_restarts_from_the_newest_reply_checkpoint_before_the_cut() {
     assert_eq!(turn2.text, fresh.text, "the checkpoint changed the answer");
 }
 
-/// gemma-3 with the small SWA cache (`swa_full: false`; batches of 64, so it keeps about a
-/// window and a batch): a long reply leaves a cut near its start behind what the live cache
-/// still holds, and the next turn restarts from the reply's checkpoint before the cut.
+/// gemma-3 with the small SWA cache (`swa_full: false`; batches of 64 and one sequence, so it
+/// keeps about a window and a batch: with more sequences llama.cpp keeps a window per
+/// sequence): a long reply leaves a cut near its start behind what the live cache still holds,
+/// and the next turn restarts from the reply's checkpoint before the cut.
 #[test]
 fn the_small_swa_cache_restarts_from_a_reply_checkpoint() {
     let config = EngineConfig {
         swa_full: false,
+        parallel: 1,
         batch_size: 64,
         ubatch_size: 64,
         cache_min_tokens: 32,

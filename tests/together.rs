@@ -159,3 +159,52 @@ fn a_client_that_leaves_frees_its_lane_and_the_streaming_reply_goes_on() {
     let c = generate(&engine, request(&system, "Turn on the office light.", 8, &[]));
     assert!(c.usage.completion_tokens > 0);
 }
+
+/// A conversation set aside in the RAM store continues in a lane: B's first turn is served
+/// alone, A's long reply then takes the live sequence (B's conversation goes to the store),
+/// and B's second turn, sent while A streams, restores it into its lane. Its reply is the one
+/// the same two turns give served one after the other on a fresh engine (where the second
+/// continues the first in the live sequence: the same tokens, the same splits).
+#[test]
+fn a_lane_continues_a_conversation_from_the_ram_store() {
+    let system = common::long_system_prompt(400);
+    let first = "I am in the office. It is getting dark outside and I can barely read the papers on my desk, \
+                 so please turn on the office light and tell me when it is done.";
+    let turn = |engine: &Engine| generate(engine, request(&system, first, 24, &[]));
+    let second_turn = |reply: &str| GenerationRequest {
+        prompt: Prompt::chat(
+            vec![
+                ChatMessage::system(&system),
+                ChatMessage::user(first),
+                ChatMessage::assistant(reply),
+                ChatMessage::user("Thanks. Now the kitchen light, please."),
+            ],
+            Vec::new(),
+        ),
+        ..request(&system, "", 24, &[])
+    };
+
+    // A conversation that loses fewer tokens than this when displaced is not saved.
+    let config = EngineConfig { cache_min_tokens: 32, ..config(smollm2_path()) };
+    let alone = Engine::start(config.clone()).expect("the model loads");
+    let reply = turn(&alone).text;
+    let expected = generate(&alone, second_turn(&reply));
+    drop(alone);
+
+    let engine = Engine::start(config).expect("the model loads");
+    assert_eq!(turn(&engine).text, reply);
+    let banned = token_ids(&engine, &["<|im_end|>", "<|endoftext|>"]);
+    let (signal, eighth) = mpsc::channel();
+    let a = engine.submit(request(&system, "Tell me a long story about a dragon in a kitchen.", 160, &banned));
+    let a = a.expect("submitted");
+    let a = thread::spawn(move || read(a, Some((8, signal))));
+    eighth.recv().expect("A streams");
+    let (b, b_ended) = read(engine.submit(second_turn(&reply)).expect("submitted"), None);
+    let (_, a_ended) = a.join().expect("reader");
+    let cache = b.timings.cache;
+    eprintln!("{cache:?} {:?}\nbeside A {:?}\nalone    {:?}", b.timings.shared, b.text, expected.text);
+    assert!(b_ended < a_ended, "B's second turn ended while A streamed");
+    assert_eq!(cache.source, firstword::CacheSource::Ram, "{cache:?}");
+    assert_eq!(b.usage.cached_tokens, expected.usage.cached_tokens, "the same split as alone");
+    assert_eq!(b.text, expected.text, "the reply the conversation gives alone");
+}

@@ -52,17 +52,17 @@ pub(crate) fn sequence_state(ctx: &LlamaContext<'_>, seq: i32) -> Option<Vec<u8>
     (written == size).then_some(bytes)
 }
 
-/// Replaces sequence 0's state with `bytes` (a state saved from any sequence); false if
+/// Replaces sequence `seq`'s state with `bytes` (a state saved from any sequence); false if
 /// llama.cpp refused them (the sequence is then in an unknown state: the caller clears it).
 ///
 /// Only ever called with bytes [`sequence_state`] produced for a context of the same model,
 /// llama.cpp build and state-shaping parameters: in RAM they never left the process, and a
 /// disk file is used only after its checksum and the header naming all of these matched
 /// (`engine::disk`). llama.cpp still checks the layout (cell counts, layer and type sizes).
-pub(crate) fn set_sequence_state(ctx: &mut LlamaContext<'_>, bytes: &[u8]) -> bool {
+pub(crate) fn set_sequence_state(ctx: &mut LlamaContext<'_>, bytes: &[u8], seq: i32) -> bool {
     // SAFETY: `bytes` is a state llama.cpp serialised for this model and context shape (see
     // above); llama.cpp reads at most `bytes.len()` bytes from it.
-    unsafe { ctx.state_seq_set_data_ext(bytes, 0, LlamaStateSeqFlags::empty()) }
+    unsafe { ctx.state_seq_set_data_ext(bytes, seq, LlamaStateSeqFlags::empty()) }
 }
 
 /// Sets the threads llama.cpp computes with: `generation` for single-token batches, `batch`

@@ -198,6 +198,13 @@ pub(crate) fn plan_prompt(
     }
 }
 
+/// Whether a lane restores a stored state serving `stored` prompt tokens rather than share
+/// the `live` tokens a live sequence holds: a restore copies the state's bytes in, so it must
+/// save at least [`RAM_RESTORE_MARGIN`] tokens of prefill over sharing, which copies nothing.
+pub(crate) fn restore_for_lane(live: usize, stored: usize) -> bool {
+    stored >= live + RAM_RESTORE_MARGIN
+}
+
 /// The entry that lets `prompt` skip the most tokens among those `qualifies` accepts (the most
 /// recently used among equals), with how many: only the prefix it shares, and with
 /// `whole_only`, only an entry the prompt continues in full.

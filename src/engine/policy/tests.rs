@@ -345,3 +345,13 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_lane_restores_a_stored_state_only_when_it_saves_the_margin_over_sharing() {
+    // Sharing copies nothing: a stored state must serve RAM_RESTORE_MARGIN tokens more.
+    assert!(restore_for_lane(0, RAM_RESTORE_MARGIN));
+    assert!(!restore_for_lane(0, RAM_RESTORE_MARGIN - 1));
+    assert!(restore_for_lane(1200, 1200 + RAM_RESTORE_MARGIN));
+    assert!(!restore_for_lane(1200, 1200 + RAM_RESTORE_MARGIN - 1));
+    assert!(!restore_for_lane(1200, 300), "a shorter stored prefix never wins");
+}

@@ -17,11 +17,13 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::LiveSequence;
 use crate::engine::decoder::SharedPart;
+use crate::engine::policy;
 use crate::engine::prefix::{common_prefix_len, window_covers};
 use crate::engine::queue::Admission;
 use crate::engine::reply::{Generating, Halt, Picked, Reply};
 use crate::engine::sampling::Logits;
 use crate::engine::schedule::{next_batch, Limits, Need, Pending, SeqId, StepCost, Waiter, Work};
+use crate::engine::store::Restored;
 use crate::engine::CacheEntryKind;
 use crate::engine::{
     CacheReport, CacheSource, EngineError, Event, LaneCounts, RequestPath, SharedSteps, Timings, Usage,
@@ -210,39 +212,17 @@ impl<'m> Lanes<'m> {
 
 impl<'m> LiveSequence<'m> {
     /// Gives `start` a lane: a free sequence holding the longest prefix of its prompt a live
-    /// sequence holds (at least one prompt token is left to evaluate, for the logits), its
-    /// [`Event::Started`] sent. False, and nothing done, when no lane is free.
-    pub(crate) fn admit_lane(&mut self, start: LaneStart<'m>) -> bool {
+    /// sequence or the RAM store holds (at least one prompt token is left to evaluate, for the
+    /// logits; a stored state only when its prompt and whole reply fit the `free` cells, since
+    /// its cells are its own), its [`Event::Started`] sent. False, and nothing done, when no
+    /// lane is free.
+    pub(crate) fn admit_lane(&mut self, start: LaneStart<'m>, free: usize) -> bool {
         let Some(seq) = self.lanes.free.pop() else { return false };
         let LaneStart { prompt, limit, reply, generating, events, in_reasoning, request, remember, admitted } = start;
-        let most = prompt.len().saturating_sub(1);
-        // The longest prefix held: sequence 0's (where its window still covers it) or a lane's.
-        let home = common_prefix_len(&self.cached, &prompt).min(most);
-        let home = if window_covers(self.decoder.target().kv_cache_seq_pos_min(HOME), home, self.shape.n_swa) {
-            home
-        } else {
-            0
-        };
-        let mut source = (HOME, home);
-        for lane in &self.lanes.lanes {
-            let held = common_prefix_len(&lane.tokens, &prompt).min(most);
-            let covered = window_covers(self.decoder.target().kv_cache_seq_pos_min(lane.seq), held, self.shape.n_swa);
-            if covered && held > source.1 {
-                source = (lane.seq, held);
-            }
-        }
-        let (from, keep) = source;
-        let keep = if keep > 0 && self.decoder.share_prefix(from, seq, keep) { keep } else { 0 };
-        let shared = if from == HOME { keep } else { 0 };
-        let cache = CacheReport {
-            source: if keep > 0 { CacheSource::Live } else { CacheSource::None },
-            reused: keep as u32,
-            prefilled: (prompt.len() - keep) as u32,
-            ..CacheReport::default()
-        };
-        let started = Event::Started { prompt_tokens: prompt.len() as u32, cached_tokens: keep as u32, in_reasoning };
         let reserve = prompt.len() + limit as usize;
-        tracing::debug!(seq, prompt = prompt.len(), reused = keep, from, "a request takes a lane");
+        let (keep, shared, cache) = self.lane_prefix(seq, &prompt, reserve <= free);
+        let started = Event::Started { prompt_tokens: prompt.len() as u32, cached_tokens: keep as u32, in_reasoning };
+        tracing::debug!(seq, prompt = prompt.len(), reused = keep, source = ?cache.source, "a request takes a lane");
         let lane = Lane {
             seq,
             tokens: prompt[..keep].to_vec(),
@@ -270,6 +250,74 @@ impl<'m> LiveSequence<'m> {
         }
         self.lanes.lanes.push(lane);
         true
+    }
+
+    /// Makes lane `seq` hold the longest prefix of `prompt` that a live sequence holds (its
+    /// cells shared) or, with `may_restore` and by [`policy::restore_for_lane`]'s margin, a
+    /// stored state (restored into the lane); returns the prefix's length, how much of it
+    /// sequence 0's cells hold, and the cache report.
+    fn lane_prefix(&mut self, seq: SeqId, prompt: &[LlamaToken], may_restore: bool) -> (usize, usize, CacheReport) {
+        let most = prompt.len().saturating_sub(1);
+        let target = self.decoder.target();
+        let covered = |seq: SeqId, held: usize| window_covers(target.kv_cache_seq_pos_min(seq), held, self.shape.n_swa);
+        // The longest prefix held: sequence 0's (where its window still covers it) or a lane's.
+        let home = common_prefix_len(&self.cached, prompt).min(most);
+        let mut source = (HOME, if covered(HOME, home) { home } else { 0 });
+        for lane in &self.lanes.lanes {
+            let held = common_prefix_len(&lane.tokens, prompt).min(most);
+            if covered(lane.seq, held) && held > source.1 {
+                source = (lane.seq, held);
+            }
+        }
+        let report = |source: CacheSource, keep: usize| CacheReport {
+            source: if keep > 0 { source } else { CacheSource::None },
+            reused: keep as u32,
+            prefilled: (prompt.len() - keep) as u32,
+            ..CacheReport::default()
+        };
+        if may_restore {
+            if let Some((keep, mut cache)) = self.restore_into_lane(seq, prompt, source.1) {
+                cache.prefilled = (prompt.len() - keep) as u32;
+                return (keep, 0, cache);
+            }
+        }
+        let (from, keep) = source;
+        let keep = if keep > 0 && self.decoder.share_prefix(from, seq, keep) { keep } else { 0 };
+        let shared = if from == HOME { keep } else { 0 };
+        (keep, shared, report(CacheSource::Live, keep))
+    }
+
+    /// Restores into lane `seq` the stored state that serves the most of `prompt`, when it
+    /// serves [`policy::restore_for_lane`] more than the `live` tokens a live sequence could
+    /// share; the prefix kept and the cache report.
+    fn restore_into_lane(&mut self, seq: SeqId, prompt: &[LlamaToken], live: usize) -> Option<(usize, CacheReport)> {
+        let most = prompt.len().saturating_sub(1);
+        let whole_only = self.shape.whole_only();
+        let store = self.store.as_mut()?;
+        let views = store.views();
+        let (view, usable) = policy::best_entry(&views, prompt, whole_only, |_, usable| {
+            policy::restore_for_lane(live, usable.min(most))
+        })?;
+        let index = view.index;
+        let started = Instant::now();
+        let (held, state, kind) = match store.restore(index) {
+            Restored::Taken(entry) => (entry.tokens, entry.state, entry.kind),
+            Restored::Kept(entry) => (entry.tokens.clone(), entry.state.clone(), entry.kind),
+        };
+        let keep = usable.min(most);
+        if !self.decoder.restore_lane(seq, &state, held.len(), keep) {
+            if let (CacheEntryKind::Checkpoint, Some(store)) = (kind, self.store.as_mut()) {
+                store.discard(index);
+            }
+            return None;
+        }
+        let source = match kind {
+            CacheEntryKind::Snapshot => CacheSource::Ram,
+            CacheEntryKind::Checkpoint => CacheSource::Checkpoint,
+        };
+        let cache =
+            CacheReport { source, reused: keep as u32, restore: Some(started.elapsed()), ..CacheReport::default() };
+        Some((keep, cache))
     }
 
     /// One step of the lanes alone (nothing of sequence 0's rides it).
@@ -447,13 +495,13 @@ impl<'m> LiveSequence<'m> {
                 }
                 let _ = events.send(Event::Finished { reason, usage, timings });
                 self.lanes.served += 1;
-                if lane.tokens.len() >= self.min_save {
-                    if let Some(state) = self.decoder.save_lane(seq) {
-                        self.insert(std::mem::take(&mut lane.tokens), state, CacheEntryKind::Snapshot);
-                    }
-                }
+                self.keep_lane(seq, lane.tokens);
             }
-            Err(EngineError::DecodeStopped) => tracing::debug!(seq, "a lane's client left"),
+            Err(EngineError::DecodeStopped) => {
+                tracing::debug!(seq, "a lane's client left");
+                // What it held serves the same request sent again.
+                self.keep_lane(seq, lane.tokens);
+            }
             Err(e) => {
                 let _ = lane.events.send(Event::Failed(e));
             }
@@ -464,6 +512,15 @@ impl<'m> LiveSequence<'m> {
 }
 
 impl LiveSequence<'_> {
+    /// Saves lane `seq`, which holds `tokens`, in the RAM store (a conversation worth keeping).
+    fn keep_lane(&mut self, seq: SeqId, tokens: Vec<LlamaToken>) {
+        if tokens.len() >= self.min_save {
+            if let Some(state) = self.decoder.save_lane(seq) {
+                self.insert(tokens, state, CacheEntryKind::Snapshot);
+            }
+        }
+    }
+
     /// What the lanes are doing.
     pub(crate) fn lane_counts(&self) -> LaneCounts {
         LaneCounts { running: self.lanes.running() as u32, served: self.lanes.served() }

@@ -12,7 +12,7 @@ use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::overflow::FittedPrompt;
-use super::{PromptParts, Session};
+use super::{PromptInput, PromptParts, Session};
 use crate::engine::media::{MediaInput, MediaSpan};
 use crate::engine::policy::{self, Derivation, PartialMarks, Purpose};
 use crate::engine::reply::{still_wanted, Halt};
@@ -244,6 +244,43 @@ impl Session<'_> {
         if std::mem::take(&mut self.persist_due) && self.sequence.unpersisted() {
             self.sequence.persist();
             self.publish_cache_status();
+        }
+    }
+
+    /// After a reply, makes the cache hold the tokenizer's own split of prompt + reply text,
+    /// which is what the next turn sends (it is tokenized from text). A model's sampled tokens
+    /// are not always that split (grammar-constrained output especially); without this the
+    /// next turn's cache would stop inside the reply. With `anticipate`, a chat reply is
+    /// followed by what the template writes before the next user's words (the end of the
+    /// assistant turn, the user turn's opening), evaluated now, so the next turn prefills only
+    /// those words and its generation prompt (a next request of another shape just cuts them).
+    /// Runs while the user reads or listens; skipped when the difference is larger than one
+    /// batch. A thinking model's reply goes into the next turn as clients send it back:
+    /// reasoning apart from the answer (`reasoning_opened`: the prompt opened it).
+    fn prepare_next_turn(
+        &mut self,
+        prompt: &Prompt,
+        media: &[MediaInput],
+        prompt_text: String,
+        reply: &str,
+        reasoning_opened: bool,
+    ) {
+        if self.signals.shutting_down.load(Ordering::Relaxed) {
+            return;
+        }
+        let next_prefix = match prompt {
+            Prompt::Chat { messages, tools, template_kwargs } if self.anticipate => {
+                let reply = self.chat.reply_message(reply, reasoning_opened, tools);
+                self.chat.next_turn_prefix(messages, tools, template_kwargs, reply)
+            }
+            _ => None,
+        };
+        let anticipated = next_prefix.is_some();
+        let text = next_prefix.unwrap_or(prompt_text + reply);
+        let Ok((canonical, _)) = self.prompt_tokens(PromptInput::Text(text), media) else { return };
+        self.sequence.rewrite_tail(&canonical);
+        if anticipated {
+            self.sequence.extend_to(&canonical);
         }
     }
 }

@@ -146,7 +146,7 @@ impl<'m> Session<'m> {
             remember,
             admitted: job._admitted,
         };
-        if !self.sequence.admit_lane(start) {
+        if !self.sequence.admit_lane(start, free) {
             // Checked open above: a lane cannot have been taken meanwhile.
             let _ = job.events.send(Event::Failed(EngineError::Internal("no lane was free".into())));
         }

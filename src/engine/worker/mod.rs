@@ -19,7 +19,7 @@ use super::ffi::effective_sliding_window;
 use super::load::{create_decoder, Contexts, Models};
 use super::media::projector::MediaPreparer;
 use super::media::projector::Projector;
-use super::media::{media_share, MediaInput, MediaSupport};
+use super::media::{media_share, MediaSupport};
 use super::policy::Purpose;
 use super::reply::{Halt, ReasoningLimit, Reply};
 use super::sampling::TokenPicker;
@@ -591,42 +591,5 @@ impl<'m> Session<'m> {
         let mut sampling = request.sampling.clone();
         sampling.repeat_last_n = sampling.repeat_last_n.clamp(0, self.sequence.n_ctx() as i32);
         TokenPicker::new(self.model, &sampling, request.grammar.as_ref(), reasoning)
-    }
-
-    /// After a reply, makes the cache hold the tokenizer's own split of prompt + reply text,
-    /// which is what the next turn sends (it is tokenized from text). A model's sampled tokens
-    /// are not always that split (grammar-constrained output especially); without this the
-    /// next turn's cache would stop inside the reply. With `anticipate`, a chat reply is
-    /// followed by what the template writes before the next user's words (the end of the
-    /// assistant turn, the user turn's opening), evaluated now, so the next turn prefills only
-    /// those words and its generation prompt (a next request of another shape just cuts them).
-    /// Runs while the user reads or listens; skipped when the difference is larger than one
-    /// batch. A thinking model's reply goes into the next turn as clients send it back:
-    /// reasoning apart from the answer (`reasoning_opened`: the prompt opened it).
-    fn prepare_next_turn(
-        &mut self,
-        prompt: &Prompt,
-        media: &[MediaInput],
-        prompt_text: String,
-        reply: &str,
-        reasoning_opened: bool,
-    ) {
-        if self.signals.shutting_down.load(Ordering::Relaxed) {
-            return;
-        }
-        let next_prefix = match prompt {
-            Prompt::Chat { messages, tools, template_kwargs } if self.anticipate => {
-                let reply = self.chat.reply_message(reply, reasoning_opened, tools);
-                self.chat.next_turn_prefix(messages, tools, template_kwargs, reply)
-            }
-            _ => None,
-        };
-        let anticipated = next_prefix.is_some();
-        let text = next_prefix.unwrap_or(prompt_text + reply);
-        let Ok((canonical, _)) = self.prompt_tokens(PromptInput::Text(text), media) else { return };
-        self.sequence.rewrite_tail(&canonical);
-        if anticipated {
-            self.sequence.extend_to(&canonical);
-        }
     }
 }

@@ -11,6 +11,10 @@ use llama_cpp_2::speculative::MtpSpeculative;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 
+mod lanes;
+
+pub(crate) use lanes::SharedPart;
+
 use super::ffi::{sequence_state, sequence_state_size, set_sequence_state, set_threads, stop_decodes_with, DecodeStop};
 use super::media::projector::{Projector, Segment};
 use super::prefix::common_prefix_len;
@@ -304,17 +308,6 @@ fn clear_sequence_zero(ctx: &mut LlamaContext<'_>) {
     }
 }
 
-/// One sequence's tokens in a batch several sequences share ([`Decoder::decode_shared`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SharedPart<'t> {
-    /// The sequence.
-    pub(crate) seq: i32,
-    /// Its tokens, at positions `start..`.
-    pub(crate) tokens: &'t [LlamaToken],
-    /// The position of its first token.
-    pub(crate) start: usize,
-}
-
 fn build_batch(tokens: &[LlamaToken], start: usize, logits: Logits) -> Result<LlamaBatch<'static>, EngineError> {
     let mut batch = LlamaBatch::new(tokens.len().max(1), 1);
     for (i, &token) in tokens.iter().enumerate() {
@@ -385,7 +378,7 @@ impl<'m> Decoder<'m> {
     pub(crate) fn restore(&mut self, state: &SavedState) -> bool {
         self.clear();
         let ctx = self.target_mut();
-        if !set_sequence_state(ctx, &state.target) {
+        if !set_sequence_state(ctx, &state.target, 0) {
             tracing::warn!("restoring a KV state failed: llama.cpp refused it");
             clear_sequence_zero(ctx);
             return false;
@@ -393,9 +386,9 @@ impl<'m> Decoder<'m> {
         let Some((drafter, tokens)) = &state.drafter else { return true };
         let restored = match self {
             Self::Plain(_) => true,
-            Self::Mtp(mtp) => set_sequence_state(mtp.spec.draft_context_mut(), drafter),
+            Self::Mtp(mtp) => set_sequence_state(mtp.spec.draft_context_mut(), drafter, 0),
             Self::Model(model) => {
-                set_sequence_state(&mut model.draft, drafter) && {
+                set_sequence_state(&mut model.draft, drafter, 0) && {
                     model.cached.clone_from(tokens);
                     true
                 }
@@ -458,55 +451,6 @@ impl<'m> Decoder<'m> {
             }
         }
         Ok(())
-    }
-
-    /// Evaluates several sequences' tokens in one batch, the logits of each part's last token
-    /// kept; returns each part's batch index of them, in order. Only without a drafter (whose
-    /// context follows sequence 0 alone: start-up runs one sequence then). The caller drops
-    /// the parts' sequences on failure.
-    pub(crate) fn decode_shared(&mut self, parts: &[SharedPart<'_>]) -> Result<Vec<i32>, EngineError> {
-        fail::fail_point!("engine::decode", |_| Err(EngineError::Decode("failure injected at engine::decode".into())));
-        let Self::Plain(ctx) = self else {
-            return Err(EngineError::Internal("sequences share a batch beside a drafter".into()));
-        };
-        let total = parts.iter().map(|part| part.tokens.len()).sum::<usize>();
-        let mut batch = LlamaBatch::new(total.max(1), 1);
-        let mut rows = Vec::with_capacity(parts.len());
-        for part in parts {
-            for (i, &token) in part.tokens.iter().enumerate() {
-                let last = i + 1 == part.tokens.len();
-                batch
-                    .add(token, (part.start + i) as i32, &[part.seq], last)
-                    .map_err(|e| EngineError::Decode(e.to_string()))?;
-            }
-            rows.push(batch.n_tokens() - 1);
-        }
-        ctx.decode(&mut batch).map_err(|e| match e {
-            DecodeError::Unknown(2) => EngineError::DecodeStopped,
-            e => EngineError::Decode(e.to_string()),
-        })?;
-        Ok(rows)
-    }
-
-    /// Makes sequence `to` hold sequence 0's first `upto` positions. In a unified cache the
-    /// cells are tagged with both sequences: nothing is copied.
-    pub(crate) fn share_prefix(&mut self, from: i32, to: i32, upto: usize) -> bool {
-        self.target_mut().kv_cache_seq_cp(from, to, Some(0), Some(upto as u32)).is_ok()
-    }
-
-    /// Drops every cell of sequence `seq` (a lane's; never sequence 0's, see [`Self::clear`]).
-    pub(crate) fn drop_sequence(&mut self, seq: i32) {
-        let ctx = self.target_mut();
-        if ctx.kv_cache_seq_rm(seq, None, None).is_err() {
-            tracing::warn!(seq, "llama.cpp did not drop a sequence's cells");
-        }
-    }
-
-    /// The state of sequence `seq` (a lane's), for the state store: the target's only (lanes
-    /// run without a drafter).
-    pub(crate) fn save_lane(&self, seq: i32) -> Option<SavedState> {
-        let target = save_sequence(self.target(), seq)?;
-        Some(SavedState { target, drafter: None })
     }
 
     /// Evaluates a media's tokens at positions `start..` in the target (see

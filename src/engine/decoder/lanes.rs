@@ -1,0 +1,88 @@
+//! What the decoder does for lanes (`--parallel`): several sequences' tokens in one batch, a
+//! prefix shared between sequences, a lane's state saved, restored and dropped. Only the
+//! target context: lanes run without a drafter.
+
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::DecodeError;
+
+use super::{save_sequence, Decoder, SavedState};
+use crate::engine::ffi::set_sequence_state;
+use crate::engine::EngineError;
+
+/// One sequence's tokens in a batch several sequences share ([`Decoder::decode_shared`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SharedPart<'t> {
+    /// The sequence.
+    pub(crate) seq: i32,
+    /// Its tokens, at positions `start..`.
+    pub(crate) tokens: &'t [LlamaToken],
+    /// The position of its first token.
+    pub(crate) start: usize,
+}
+
+impl Decoder<'_> {
+    /// Evaluates several sequences' tokens in one batch, the logits of each part's last token
+    /// kept; returns each part's batch index of them, in order. Only without a drafter (whose
+    /// context follows sequence 0 alone: start-up runs one sequence then). The caller drops
+    /// the parts' sequences on failure.
+    pub(crate) fn decode_shared(&mut self, parts: &[SharedPart<'_>]) -> Result<Vec<i32>, EngineError> {
+        fail::fail_point!("engine::decode", |_| Err(EngineError::Decode("failure injected at engine::decode".into())));
+        let Self::Plain(ctx) = self else {
+            return Err(EngineError::Internal("sequences share a batch beside a drafter".into()));
+        };
+        let total = parts.iter().map(|part| part.tokens.len()).sum::<usize>();
+        let mut batch = LlamaBatch::new(total.max(1), 1);
+        let mut rows = Vec::with_capacity(parts.len());
+        for part in parts {
+            for (i, &token) in part.tokens.iter().enumerate() {
+                let last = i + 1 == part.tokens.len();
+                batch
+                    .add(token, (part.start + i) as i32, &[part.seq], last)
+                    .map_err(|e| EngineError::Decode(e.to_string()))?;
+            }
+            rows.push(batch.n_tokens() - 1);
+        }
+        ctx.decode(&mut batch).map_err(|e| match e {
+            DecodeError::Unknown(2) => EngineError::DecodeStopped,
+            e => EngineError::Decode(e.to_string()),
+        })?;
+        Ok(rows)
+    }
+
+    /// Makes sequence `to` hold sequence 0's first `upto` positions. In a unified cache the
+    /// cells are tagged with both sequences: nothing is copied.
+    pub(crate) fn share_prefix(&mut self, from: i32, to: i32, upto: usize) -> bool {
+        self.target_mut().kv_cache_seq_cp(from, to, Some(0), Some(upto as u32)).is_ok()
+    }
+
+    /// Drops every cell of sequence `seq` (a lane's; never sequence 0's, see [`Self::clear`]).
+    pub(crate) fn drop_sequence(&mut self, seq: i32) {
+        let ctx = self.target_mut();
+        if ctx.kv_cache_seq_rm(seq, None, None).is_err() {
+            tracing::warn!(seq, "llama.cpp did not drop a sequence's cells");
+        }
+    }
+
+    /// Makes sequence `seq` (a lane's) hold a saved state's first `keep` positions: the
+    /// target's state only (lanes run without a drafter). False, and the sequence empty, when
+    /// llama.cpp refused the state or it does not end where `held` says.
+    pub(crate) fn restore_lane(&mut self, seq: i32, state: &SavedState, held: usize, keep: usize) -> bool {
+        let ctx = self.target_mut();
+        let restored = set_sequence_state(ctx, &state.target, seq)
+            && i64::from(ctx.kv_cache_seq_pos_max(seq)) + 1 == held as i64
+            && (keep >= held || ctx.kv_cache_seq_rm(seq, Some(keep as u32), None).is_ok());
+        if !restored {
+            tracing::warn!(seq, "a stored KV state was not restored into a lane");
+            self.drop_sequence(seq);
+        }
+        restored
+    }
+
+    /// The state of sequence `seq` (a lane's), for the state store: the target's only (lanes
+    /// run without a drafter).
+    pub(crate) fn save_lane(&self, seq: i32) -> Option<SavedState> {
+        let target = save_sequence(self.target(), seq)?;
+        Some(SavedState { target, drafter: None })
+    }
+}
