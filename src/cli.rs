@@ -493,6 +493,9 @@ pub(crate) struct BenchArgs {
     /// Run only the media scenario.
     #[arg(long = "media-only", conflicts_with = "media")]
     pub media_only: bool,
+    /// Run only the together scenario (several conversations at once).
+    #[arg(long = "together-only", conflicts_with_all = ["media", "media_only"])]
+    pub together_only: bool,
 }
 
 impl BenchArgs {
@@ -528,10 +531,11 @@ impl BenchArgs {
             vad: Duration::from_millis(self.vad_ms),
             pregenerate: self.pregenerate,
             busy_cores: self.busy_cores,
-            scenarios: match (self.media, self.media_only) {
-                (_, true) => Scenarios::Media,
-                (true, false) => Scenarios::TextAndMedia,
-                (false, false) => Scenarios::Text,
+            scenarios: match (self.media, self.media_only, self.together_only) {
+                (_, _, true) => Scenarios::Together,
+                (_, true, _) => Scenarios::Media,
+                (true, false, _) => Scenarios::TextAndMedia,
+                (false, false, false) => Scenarios::Text,
             },
         })
     }

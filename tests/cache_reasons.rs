@@ -111,7 +111,8 @@ fn an_entry_evicted_for_the_budget_is_reported_as_evicted() {
 #[test]
 fn a_window_the_small_swa_cache_dropped_is_reported_as_swa_window() {
     // The store off: nothing else could serve the edited turn.
-    let config = EngineConfig { swa_full: false, cache_ram_mib: 0, ..test_config(gemma3_path()) };
+    // One sequence: llama.cpp keeps a window per sequence, and this needs the one window.
+    let config = EngineConfig { swa_full: false, cache_ram_mib: 0, parallel: 1, ..test_config(gemma3_path()) };
     let engine = Engine::start(config).expect("gemma-3 loads");
     let system = long_system_prompt(1200);
     let mut messages = vec![ChatMessage::system(&system), ChatMessage::user("Which facts mention trains?")];

@@ -193,7 +193,7 @@ fn smollm2_turn2(engine: &Engine, interleave: bool) -> (Usage, String, Usage) {
 fn greedy_output_after_a_restore_equals_a_fresh_context_smollm2() {
     // Both engines compute with the same threads: the governor picks fewer under other load,
     // and a bit-for-bit comparison must not rest on the load being the same for both.
-    let config = EngineConfig { fixed_threads: true, ..test_config(smollm2_path()) };
+    let config = test_config(smollm2_path());
     let engine = Engine::start(config.clone()).expect("model loads");
     let (turn1, restored_text, turn2) = smollm2_turn2(&engine, true);
     drop(engine);

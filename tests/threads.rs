@@ -87,7 +87,7 @@ fn until(engine: &Engine, what: &str, done: impl Fn(&ThreadsInUse) -> bool) -> T
 #[test]
 fn threads_drop_to_one_while_other_processes_hold_the_other_cores_and_come_back() {
     let _machine = machine();
-    let config = EngineConfig { threads: 2, threads_batch: 2, ..test_config(smollm2_path()) };
+    let config = EngineConfig { threads: 2, threads_batch: 2, fixed_threads: false, ..test_config(smollm2_path()) };
     let engine = Engine::start(config.clone()).expect("SmolLM2 loads");
     engine.wait_idle_blocking();
     assert_eq!(engine.threads().counts, firstword::ThreadCounts { generation: 2, batch: 2 }, "configured at start");
@@ -127,7 +127,12 @@ fn only_the_cpus_of_the_affinity_mask_count() {
     // The engine's threads (the inference thread, the sampler, llama.cpp's workers) inherit
     // the mask of the thread that starts it, as a whole process does under `taskset -c 0`.
     rustix::thread::sched_setaffinity(None, &one).expect("the test thread pinned to one CPU");
-    let started = Engine::start(EngineConfig { threads: 2, threads_batch: 2, ..test_config(smollm2_path()) });
+    let started = Engine::start(EngineConfig {
+        threads: 2,
+        threads_batch: 2,
+        fixed_threads: false,
+        ..test_config(smollm2_path())
+    });
     rustix::thread::sched_setaffinity(None, &all).expect("the test thread's mask restored");
     let engine = started.expect("SmolLM2 loads");
     engine.wait_idle_blocking();

@@ -208,3 +208,26 @@ fn a_lane_continues_a_conversation_from_the_ram_store() {
     assert_eq!(b.usage.cached_tokens, expected.usage.cached_tokens, "the same split as alone");
     assert_eq!(b.text, expected.text, "the reply the conversation gives alone");
 }
+
+/// A request whose prompt and `max_tokens` fit the context but not the cells the streaming
+/// reply may still need waits for it (as with one sequence), and the streaming reply goes on
+/// undisturbed: a lane never takes what a running reply was promised.
+#[test]
+fn a_request_that_does_not_fit_beside_a_streaming_reply_waits_for_it() {
+    let engine = Engine::start(config(smollm2_path())).expect("the model loads");
+    let system = common::long_system_prompt(300);
+    let banned = token_ids(&engine, &["<|im_end|>", "<|endoftext|>"]);
+    let story = request(&system, "Tell me a long story about a dragon in a kitchen.", 200, &banned);
+    let (signal, eighth) = mpsc::channel();
+    let a = engine.submit(story).expect("submitted");
+    let a = thread::spawn(move || read(a, Some((8, signal))));
+    eighth.recv().expect("A streams");
+    // 4096 cells: this prompt and 3600 tokens fit alone, not beside A's prompt and 200 tokens.
+    let (b, b_ended) =
+        read(engine.submit(request(&system, "Turn on the office light.", 3600, &[])).expect("submitted"), None);
+    let (a, a_ended) = a.join().expect("reader");
+    assert_eq!(a.usage.completion_tokens, 200, "A went on to its limit");
+    assert!(b_ended > a_ended, "B waited for A");
+    assert_eq!(b.timings.shared, None, "B was served alone after A");
+    assert_eq!(engine.cache_status().lanes.served, 0);
+}

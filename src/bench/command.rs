@@ -7,17 +7,20 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{
     check_plot_path, decide, load_average, peak_rss_mb, plot, run, scores, summarize, table, write_csv, BenchConfig,
-    BenchError, Weights,
+    BenchError, Scenarios, Weights,
 };
 
 /// Rows per server and repetition of the text scenarios: the turns, the four voice turns, the
 /// interleaved job and the turn after it, two decode runs, three tool checks, the two
 /// alternating conversations' turns, and the turn after a restart where the server has a
-/// restart command; then the media scenario's requests where it runs.
+/// restart command; then the media scenario's requests where it runs; the together
+/// scenario's (the satellites' turns, the command alone, the long reply alone, the two at
+/// once) when it runs alone.
 fn requests_per_run(config: &BenchConfig, restarts: bool) -> u64 {
     let turns = u64::from(config.turns);
     let text = if config.scenarios.text() { turns + 4 + 2 + 2 + 3 + 2 * turns + u64::from(restarts) } else { 0 };
-    text + if config.scenarios.media() { super::media::media_requests() } else { 0 }
+    let together = if config.scenarios == Scenarios::Together { 2 * turns + 4 } else { 0 };
+    text + together + if config.scenarios.media() { super::media::media_requests() } else { 0 }
 }
 
 /// Fails early, with the server named, when a server does not answer at all.

@@ -94,20 +94,22 @@ pub enum Scenarios {
     TextAndMedia,
     /// The media scenario alone (`--media-only`).
     Media,
+    /// The together scenario alone (`--together-only`): several conversations at once.
+    Together,
 }
 
 impl Scenarios {
     /// Whether the text scenarios run.
     #[must_use]
     pub fn text(self) -> bool {
-        self != Self::Media
+        matches!(self, Self::Text | Self::TextAndMedia)
     }
 
     /// Whether the media scenario runs: transcription of spoken clips (espeak-ng) and the
     /// silent-failure probe.
     #[must_use]
     pub fn media(self) -> bool {
-        self != Self::Text
+        matches!(self, Self::TextAndMedia | Self::Media)
     }
 }
 
@@ -241,6 +243,9 @@ pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result
                 ServerRun { config, client: &client, target, pid, rep, rows: &mut rows, progress: &mut progress };
             if config.scenarios.text() {
                 bench.text_scenarios().await;
+            }
+            if config.scenarios == Scenarios::Together {
+                bench.together_scenario().await;
             }
             if let Some(media) = &media {
                 bench.media_scenarios(media).await;

@@ -44,9 +44,11 @@ pub(crate) fn model_path(file: &str) -> PathBuf {
     path
 }
 
-/// Engine settings for tests: small context, fixed threads.
+/// Engine settings for tests: small context, two threads that do not follow the machine's
+/// load (llama.cpp's sums depend on the thread count, and tests compare replies across
+/// engines: the governor would make them depend on what else the machine runs).
 pub(crate) fn test_config(path: PathBuf) -> EngineConfig {
-    EngineConfig { ctx_size: Some(4096), threads: 2, threads_batch: 2, ..EngineConfig::new(path) }
+    EngineConfig { ctx_size: Some(4096), threads: 2, threads_batch: 2, fixed_threads: true, ..EngineConfig::new(path) }
 }
 
 /// A running server.
