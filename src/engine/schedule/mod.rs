@@ -9,8 +9,10 @@
 //!   on (the weights are read once per step), and a reply never stalls behind another request.
 //! - **The first word first.** A prompt a person waits for (no token produced yet) is evaluated
 //!   ahead of everything nobody waits for, oldest first, in chunks as large as the streaming
-//!   replies allow: the step must end before the most pressed reply falls below the speech
-//!   floor ([`Limits::min_gap`]), judged by the measured [`StepCost`]; with nothing streaming a
+//!   replies allow: the step must end before the most pressed reply's reader would run out of
+//!   text at the speech floor ([`Limits::min_gap`] a token, counted from its first token, so
+//!   a reply that streamed ahead of speech lends a new speaker the time it banked:
+//!   [`reader_due`]), judged by the measured [`StepCost`]; with nothing streaming a
 //!   prompt gets the whole batch. A step is two decodes when it carries both: the replies'
 //!   tokens in one, the prompt chunk in its own ([`Batch::time`]), so a reply's numbers never
 //!   depend on a prompt evaluated beside it. At least [`Limits::min_chunk`] prompt tokens go into every
@@ -53,6 +55,10 @@ pub(crate) enum Need {
         last_at: Duration,
         /// Tokens it would decode in the step: one, or one plus the drafted tokens it verifies.
         wanted: u32,
+        /// When its first token came out.
+        first_at: Duration,
+        /// Tokens it has streamed so far.
+        produced: u32,
     },
 }
 
@@ -161,6 +167,19 @@ impl Batch {
     }
 }
 
+/// When the reader of a streaming reply would run out of text if no token came: its reader
+/// (a voice reading it aloud, a person reading along) takes the reply at the speech floor, one
+/// token every `min_gap` from its first, so a reply that streamed ahead of that has banked the
+/// difference; never sooner than `min_gap` after its last token. `None` for a prompt.
+pub(crate) fn reader_due(need: Need, min_gap: Duration) -> Option<Duration> {
+    match need {
+        Need::Token { last_at, first_at, produced, .. } => {
+            Some((last_at + min_gap).max(first_at + min_gap * produced.max(1)))
+        }
+        Need::Prompt { .. } => None,
+    }
+}
+
 /// The batch of the next step at `now` for the sequences in `pending` (each at most once).
 pub(crate) fn next_batch(now: Duration, pending: &[Pending], cost: StepCost, limits: Limits) -> Batch {
     let person_prompt_waits = pending
@@ -174,7 +193,7 @@ pub(crate) fn next_batch(now: Duration, pending: &[Pending], cost: StepCost, lim
         .iter()
         .filter(|p| p.waiter == Waiter::Person || !person_prompt_waits)
         .filter_map(|p| match p.need {
-            Need::Token { last_at, wanted } => Some((p, last_at, if alone { wanted.max(1) } else { 1 })),
+            Need::Token { last_at, wanted, .. } => Some((p, last_at, if alone { wanted.max(1) } else { 1 })),
             Need::Prompt { .. } => None,
         })
         .collect();
@@ -190,7 +209,7 @@ pub(crate) fn next_batch(now: Duration, pending: &[Pending], cost: StepCost, lim
         room -= tokens;
         batch.entries.push(Entry { seq: p.seq, work: Work::Reply, tokens });
         if p.waiter == Waiter::Person {
-            let due = last_at + limits.min_gap;
+            let due = reader_due(p.need, limits.min_gap).unwrap_or(last_at + limits.min_gap);
             pressed_until = Some(pressed_until.map_or(due, |until| until.min(due)));
         }
     }

@@ -19,8 +19,15 @@ fn prompt(seq: SeqId, waiter: Waiter, since_ms: u64, remaining: u32) -> Pending 
     Pending { seq, waiter, since: MS * since_ms as u32, need: Need::Prompt { remaining } }
 }
 
+/// A reply that has streamed one token, at `last_ms`.
 fn reply(seq: SeqId, waiter: Waiter, last_ms: u64, wanted: u32) -> Pending {
-    Pending { seq, waiter, since: Duration::ZERO, need: Need::Token { last_at: MS * last_ms as u32, wanted } }
+    let last_at = MS * last_ms as u32;
+    Pending {
+        seq,
+        waiter,
+        since: Duration::ZERO,
+        need: Need::Token { last_at, wanted, first_at: last_at, produced: 1 },
+    }
 }
 
 #[test]
@@ -108,7 +115,11 @@ fn waiter() -> impl Strategy<Value = Waiter> {
 fn need() -> impl Strategy<Value = Need> {
     prop_oneof![
         (1u32..5000).prop_map(|remaining| Need::Prompt { remaining }),
-        (0u64..2000, 1u32..9).prop_map(|(last_ms, wanted)| Need::Token { last_at: MS * last_ms as u32, wanted }),
+        (0u64..2000, 1u32..9, 0u64..2000, 1u32..400).prop_map(|(last_ms, wanted, before_ms, produced)| {
+            let last_at = MS * last_ms as u32;
+            let first_at = last_at.saturating_sub(MS * before_ms as u32);
+            Need::Token { last_at, wanted, first_at, produced }
+        }),
     ]
 }
 
@@ -205,7 +216,7 @@ proptest! {
             .iter()
             .filter_map(|entry| pending.iter().find(|p| p.seq == entry.seq))
             .filter_map(|p| match (p.waiter, p.need) {
-                (Waiter::Person, Need::Token { last_at, .. }) => Some(last_at + limits.min_gap),
+                (Waiter::Person, need @ Need::Token { .. }) => reader_due(need, limits.min_gap),
                 _ => None,
             })
             .min();
@@ -240,4 +251,23 @@ proptest! {
         let sooner = next_batch(earlier, &pending, cost, limits);
         prop_assert!(sooner.tokens() >= later.tokens());
     }
+}
+
+#[test]
+fn a_reply_ahead_of_speech_lends_a_new_speaker_the_time_it_banked() {
+    // A streamed 100 tokens in 1.5 s: at 83 ms a token its reader has 8.3 s of text, so B's
+    // 120-token prompt goes whole into the next step, not 16 tokens at a time.
+    let ahead = Pending {
+        seq: 0,
+        waiter: Waiter::Person,
+        since: Duration::ZERO,
+        need: Need::Token { last_at: MS * 1500, wanted: 1, first_at: Duration::ZERO, produced: 100 },
+    };
+    let batch = next_batch(MS * 1510, &[ahead, prompt(1, Waiter::Person, 1505, 120)], COST, LIMITS);
+    assert_eq!(batch.entry(1).map(|e| e.tokens), Some(120));
+    // The same reply with only its first token out: its reader needs the next in 83 ms.
+    let fresh = reply(0, Waiter::Person, 1500, 1);
+    let batch = next_batch(MS * 1510, &[fresh, prompt(1, Waiter::Person, 1505, 120)], COST, LIMITS);
+    assert!(batch.entry(1).map_or(0, |e| e.tokens) < 120);
+    assert_eq!(reader_due(ahead.need, LIMITS.min_gap), Some(MS * 8300));
 }

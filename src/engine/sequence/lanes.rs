@@ -116,6 +116,9 @@ pub(crate) struct Lanes<'m> {
     served: u64,
     /// Most lanes' replies that rode a step with the live sequence's reply under way.
     home_beside: u32,
+    /// When the live sequence's reply began (with the tokens it evaluated since, what its
+    /// reader has banked: [`crate::engine::schedule::reader_due`]).
+    home_first_token: Option<Instant>,
 }
 
 impl<'m> Lanes<'m> {
@@ -129,12 +132,20 @@ impl<'m> Lanes<'m> {
             home_last_token: None,
             served: 0,
             home_beside: 0,
+            home_first_token: None,
         }
     }
 
     /// The live sequence's reply begins: no lane has shared its steps yet.
     pub(crate) fn begin_home_reply(&mut self) {
         self.home_beside = 0;
+        self.home_first_token = Some(Instant::now());
+        self.home_last_token = None;
+    }
+
+    /// The live sequence's reply evaluated a token.
+    pub(crate) fn home_token_out(&mut self) {
+        self.home_last_token = Some(Instant::now());
     }
 
     /// Whether a lane is free.
@@ -183,8 +194,10 @@ impl<'m> Lanes<'m> {
             .into_iter()
             .collect();
         for lane in &self.lanes {
-            let need = match (lane.next, lane.last_token) {
-                (Some(_), Some(last)) => Need::Token { last_at: at(last), wanted: 1 },
+            let need = match (lane.next, lane.last_token, lane.first_token) {
+                (Some(_), Some(last), Some(first)) => {
+                    Need::Token { last_at: at(last), wanted: 1, first_at: at(first), produced: lane.reply.tokens() }
+                }
                 _ => Need::Prompt { remaining: lane.prompt_left().max(1) as u32 },
             };
             pending.push(Pending { seq: lane.seq, waiter: Waiter::Person, since: at(lane.admitted), need });
@@ -354,11 +367,15 @@ impl<'m> LiveSequence<'m> {
         let home_need = home.map(|_| Need::Token {
             last_at: self.lanes.home_last_token.unwrap_or(now).saturating_duration_since(epoch),
             wanted: 1,
+            first_at: self.lanes.home_first_token.unwrap_or(now).saturating_duration_since(epoch),
+            produced: self.reply.map_or(0, |(start, end)| end.saturating_sub(start)) as u32 + 1,
         });
         let pending = self.lanes.pending(epoch, home_need);
         let batch = next_batch(now.saturating_duration_since(epoch), &pending, self.lanes.cost, self.lanes.limits());
         if let Some(entry) = batch.entries.iter().find(|entry| entry.work == Work::Prompt && entry.seq != HOME) {
+            let started = Instant::now();
             self.lane_prompt_chunk(entry.seq, entry.tokens as usize);
+            tracing::debug!(seq = entry.seq, tokens = entry.tokens, ms = started.elapsed().as_secs_f64() * 1e3, cost = ?self.lanes.cost, "a lane's prompt chunk");
         }
         let mut parts = Vec::new();
         if let Some(token) = home {
@@ -395,9 +412,8 @@ impl<'m> LiveSequence<'m> {
             }
         };
         self.lanes.measured(parts.len(), false, started.elapsed());
-        if home.is_some() {
-            self.lanes.home_last_token = Some(Instant::now());
-        }
+        tracing::debug!(replies = parts.len(), ms = started.elapsed().as_secs_f64() * 1e3, "the replies' step");
+
         let mut home_row = None;
         for (&(seq, token, _), &row) in parts.iter().zip(&rows) {
             let beside = parts.len() as u32 - 1;

@@ -303,6 +303,7 @@ impl<'m> LiveSequence<'m> {
         self.rewindable = (tokens.len() - 1).min(self.rs_snapshots);
         if let (BatchKind::Generated, Some((_, end))) = (kind, self.reply.as_mut()) {
             *end = self.cached.len();
+            self.lanes.home_token_out();
         }
         Ok(last_row)
     }
