@@ -73,6 +73,15 @@ fn read(
     panic!("no Finished event");
 }
 
+/// Submits `story` and returns its reader once the story has streamed 8 pieces of text.
+fn streaming(engine: &Engine, story: GenerationRequest) -> thread::JoinHandle<(Generated, Instant)> {
+    let (signal, eighth) = mpsc::channel();
+    let generation = engine.submit(story).expect("submitted");
+    let reader = thread::spawn(move || read(generation, Some((8, signal))));
+    eighth.recv().expect("the story streams");
+    reader
+}
+
 fn replies_beside_a_streaming_one_equal_their_replies_alone(model: PathBuf, system: &str, end_of_turn: &[&str]) {
     let questions = ["Turn on the office light.", "What is the capital of France?"];
     let alone = Engine::start(config(model.clone())).expect("the model loads");
@@ -84,10 +93,7 @@ fn replies_beside_a_streaming_one_equal_their_replies_alone(model: PathBuf, syst
     drop(alone);
 
     let engine = Engine::start(config(model)).expect("the model loads");
-    let (signal, eighth) = mpsc::channel();
-    let a = engine.submit(story).expect("submitted");
-    let a = thread::spawn(move || read(a, Some((8, signal))));
-    eighth.recv().expect("A streams");
+    let a = streaming(&engine, story);
     let others: Vec<_> = questions
         .iter()
         .map(|q| {
@@ -139,10 +145,7 @@ fn a_client_that_leaves_frees_its_lane_and_the_streaming_reply_goes_on() {
     let system = common::long_system_prompt(300);
     let banned = token_ids(&engine, &["<|im_end|>", "<|endoftext|>"]);
     let story = request(&system, "Tell me a long story about a dragon in a kitchen.", 200, &banned);
-    let (signal, eighth) = mpsc::channel();
-    let a = engine.submit(story).expect("submitted");
-    let a = thread::spawn(move || read(a, Some((8, signal))));
-    eighth.recv().expect("A streams");
+    let a = streaming(&engine, story);
     let mut b = engine.submit(request(&system, "Describe the sea at length.", 100, &banned)).expect("submitted");
     while !matches!(b.next_blocking(), Some(Event::Text(_))) {}
     drop(b);
@@ -194,11 +197,7 @@ fn a_lane_continues_a_conversation_from_the_ram_store() {
     let engine = Engine::start(config).expect("the model loads");
     assert_eq!(turn(&engine).text, reply);
     let banned = token_ids(&engine, &["<|im_end|>", "<|endoftext|>"]);
-    let (signal, eighth) = mpsc::channel();
-    let a = engine.submit(request(&system, "Tell me a long story about a dragon in a kitchen.", 160, &banned));
-    let a = a.expect("submitted");
-    let a = thread::spawn(move || read(a, Some((8, signal))));
-    eighth.recv().expect("A streams");
+    let a = streaming(&engine, request(&system, "Tell me a long story about a dragon in a kitchen.", 160, &banned));
     let (b, b_ended) = read(engine.submit(second_turn(&reply)).expect("submitted"), None);
     let (_, a_ended) = a.join().expect("reader");
     let cache = b.timings.cache;
@@ -218,10 +217,7 @@ fn a_request_that_does_not_fit_beside_a_streaming_reply_waits_for_it() {
     let system = common::long_system_prompt(300);
     let banned = token_ids(&engine, &["<|im_end|>", "<|endoftext|>"]);
     let story = request(&system, "Tell me a long story about a dragon in a kitchen.", 200, &banned);
-    let (signal, eighth) = mpsc::channel();
-    let a = engine.submit(story).expect("submitted");
-    let a = thread::spawn(move || read(a, Some((8, signal))));
-    eighth.recv().expect("A streams");
+    let a = streaming(&engine, story);
     // 4096 cells: this prompt and 3600 tokens fit alone, not beside A's prompt and 200 tokens.
     let (b, b_ended) =
         read(engine.submit(request(&system, "Turn on the office light.", 3600, &[])).expect("submitted"), None);
