@@ -3,10 +3,11 @@
 //! replies beside others").
 //!
 //! ```text
-//! cargo run --release --example lanes_equality -- MODEL.gguf [pairs] [tokens]
+//! cargo run --release --example lanes_equality -- MODEL.gguf [pairs] [tokens] [b_tokens]
 //! ```
 //! For each of `pairs` pairs, A asks for a story of `tokens` tokens (its end-of-turn tokens
-//! banned, so it streams that long) and B a short question, both after the same system prompt.
+//! banned, so it streams that long) and B a short command (`b_tokens`, 24 by default; 1: B's
+//! prompt is evaluated in a lane but no step is shared), both after the same system prompt.
 //! One engine serves A then B one after the other; another serves A and sends B after A's
 //! fourth piece of text, so B takes a lane and their tokens share steps. Both engines run one
 //! thread and end each pair with the same short request, so every prompt is split the same way
@@ -20,7 +21,6 @@ use std::thread;
 
 use firstword::{ChatMessage, Engine, EngineConfig, Event, GenerationRequest, Prompt, SamplingParams};
 
-const B_TOKENS: u32 = 24;
 const ANIMALS: [&str; 10] = ["dragon", "cat", "robot", "owl", "fox", "whale", "knight", "bee", "ghost", "giant"];
 const PLACES: [&str; 10] =
     ["kitchen", "garden", "lighthouse", "library", "forest", "train", "castle", "market", "school", "boat"];
@@ -69,9 +69,10 @@ fn first_difference(a: &str, b: &str) -> Option<usize> {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let model = PathBuf::from(args.next().expect("usage: lanes_equality MODEL.gguf [pairs] [tokens]"));
+    let model = PathBuf::from(args.next().expect("usage: lanes_equality MODEL.gguf [pairs] [tokens] [b_tokens]"));
     let pairs: usize = args.next().map_or(100, |n| n.parse().expect("pairs"));
     let tokens: u32 = args.next().map_or(64, |n| n.parse().expect("tokens"));
+    let b_tokens: u32 = args.next().map_or(24, |n| n.parse().expect("b_tokens"));
     let config = EngineConfig {
         threads: 1,
         threads_batch: 1,
@@ -95,12 +96,12 @@ fn main() {
         let story = format!("Tell me a long story about a {} in a {}.", ANIMALS[i % 10], PLACES[(i / 10) % 10]);
         let question = format!("Turn on the {} light and say so.", ROOMS[(i * 7) % 10]);
         let a_alone = read(alone.submit(request(&system, &story, tokens, &banned)).expect("submitted"), None);
-        let b_alone = read(alone.submit(request(&system, &question, B_TOKENS, &[])).expect("submitted"), None);
+        let b_alone = read(alone.submit(request(&system, &question, b_tokens, &[])).expect("submitted"), None);
         let (signal, fourth) = mpsc::channel();
         let a = together.submit(request(&system, &story, tokens, &banned)).expect("submitted");
         let a = thread::spawn(move || read(a, Some(signal)));
         fourth.recv().expect("A streams");
-        let b_beside = read(together.submit(request(&system, &question, B_TOKENS, &[])).expect("submitted"), None);
+        let b_beside = read(together.submit(request(&system, &question, b_tokens, &[])).expect("submitted"), None);
         let a_beside = a.join().expect("reader");
         // The same last request on both engines, so the next pair's prompts are split alike.
         for engine in [&alone, &together] {
@@ -120,7 +121,7 @@ fn main() {
     }
     let lanes = together.cache_status().lanes;
     println!(
-        "{pairs} pairs, A {tokens} tokens, B 24: A differs in {} (first difference at characters {:?}), B in {} ({:?}); {} requests served in lanes",
+        "{pairs} pairs, A {tokens} tokens, B {b_tokens}: A differs in {} (first difference at characters {:?}), B in {} ({:?}); {} requests served in lanes",
         a_differ.len(),
         a_differ,
         b_differ.len(),
