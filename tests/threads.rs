@@ -106,8 +106,11 @@ fn threads_drop_to_one_while_other_processes_hold_the_other_cores_and_come_back(
     drop(load);
 
     // The measure sees the busy loops gone, and the threads follow it.
+    // (A reading taken as the threads dropped can be below a whole core: the loops' core is
+    // then gone once the measure is under half a core either way.)
     let busy_before = loaded.other_busy_cores;
-    let after = until(&engine, "after the load", |t| t.other_busy_cores < busy_before - 0.5);
+    let gone = (busy_before - 0.5).max(0.5);
+    let after = until(&engine, "after the load", |t| t.other_busy_cores < gone);
     assert_eq!(after.counts.generation, allowed(&after), "{after:?}");
     assert_eq!(after.counts.batch, allowed(&after), "{after:?}");
 
