@@ -153,6 +153,38 @@ fn two_alternating_conversations_both_stay_cached() {
     }
 }
 
+/// Two satellites with the same system prompt take turns: each displaces the other, which
+/// loses only its own turns (far fewer than `cache_min_tokens`), and is saved all the same
+/// because the prompt leaves it before its last reply (another conversation). Each turn then
+/// continues its own conversation from the store. With `cache_min_tokens` as the only rule
+/// (before), B2 and A3 re-evaluated everything after the system prompt.
+#[test]
+fn two_conversations_sharing_the_system_prompt_keep_their_own_turns() {
+    let config = test_config(smollm2_path());
+    let min_save = config.cache_min_tokens;
+    let engine = Engine::start(config).expect("model loads");
+    let system = long_system_prompt(1200);
+    let mut a = Conversation::new(&system, "Which facts mention trains? Answer in two sentences.");
+    let mut b = Conversation::new(&system, "Turn on the office light, please, and say what you did.");
+    let (_, a1) = a.turn(&engine, 24, "And gardens?");
+    let (_, b1) = b.turn(&engine, 24, "And the kitchen?");
+    assert!(b1.cached_tokens > 800, "B shares A's system prompt: {b1:?}");
+    let own = b1.prompt_tokens - b1.cached_tokens;
+    assert!(own + 24 + SLACK < min_save, "B's own turn is short of cache_min_tokens ({min_save}): {b1:?}");
+    let (_, a2) = a.turn(&engine, 24, "Anything about harbors?");
+    let (_, b2) = b.turn(&engine, 24, "Thanks.");
+    let (_, a3) = a.turn(&engine, 24, "Thanks.");
+    eprintln!("A1 {a1:?}\nB1 {b1:?}\nA2 {a2:?}\nB2 {b2:?}\nA3 {a3:?}");
+    for (name, previous, turn) in [("A2", a1, a2), ("B2", b1, b2), ("A3", a2, a3)] {
+        assert!(
+            turn.cached_tokens + SLACK >= previous.prompt_tokens,
+            "{name} continues its own previous turn: cached {} of the previous turn's {} prompt tokens",
+            turn.cached_tokens,
+            previous.prompt_tokens
+        );
+    }
+}
+
 /// A fresh engine with the store off evaluates `prompt` split as the restored turn was:
 /// its first `cached` tokens alone (no generation), then the rest; returns the greedy text.
 fn fresh_split(config: &EngineConfig, prompt: &Prompt, usage: Usage, max_tokens: u32) -> String {

@@ -33,6 +33,14 @@ pub(crate) use reply::{reply_checkpoint_due, reply_cut, Cut};
 /// their own, from measured costs ([`RestoreCosts`]), never below this one.
 pub(crate) const RAM_RESTORE_MARGIN: usize = 32;
 
+/// How far before its last reply a prompt may leave the live sequence and still be taken for
+/// that conversation's next turn: a template may render the answered assistant turn's opening
+/// differently from the generation prompt (DeepSeek-R1's `<think>\n` is in the generation
+/// prompt, not in the history), so the next turn can part a token or two before the reply
+/// began. Another conversation parts at least a whole user turn before it: its header, its
+/// text and the generation prompt, more than this in every template.
+pub(crate) const NEXT_TURN_SLACK: usize = 4;
+
 /// Tokens of a displaced live sequence looked for in a shortened conversation's full token list.
 const SAME_CONVERSATION_PROBE: usize = 64;
 
@@ -63,6 +71,9 @@ pub(crate) struct LiveView<'a> {
     pub(crate) rewindable: usize,
     /// The smallest position the cache still holds (negative when it holds none).
     pub(crate) pos_min: i32,
+    /// Where the reply generated after the last prompt begins (that prompt's length), when
+    /// the live sequence holds one.
+    pub(crate) reply_start: Option<usize>,
 }
 
 /// A stored state (a RAM entry or a written disk file), as the policy sees it.
@@ -144,8 +155,9 @@ pub(crate) struct Plan {
 /// A stored entry is restored only when it spares more prompt tokens than the live sequence by
 /// its store's margin, and only for the prefix it shares with the prompt (all of it, where the
 /// model's cache cannot be cut after a restore). The live sequence is saved before it is
-/// displaced when it is worth saving and loses at least `min_save` tokens, unless it is an
-/// older form of the same conversation shortened by its oldest turns, which nothing continues.
+/// displaced when it holds at least `min_save` tokens and loses enough of them
+/// ([`least_loss_saved`]), unless it is an older form of the same conversation shortened by its
+/// oldest turns, which nothing continues.
 pub(crate) fn plan_prompt(
     shape: CacheShape,
     live: LiveView<'_>,
@@ -175,7 +187,7 @@ pub(crate) fn plan_prompt(
     let save_live = stores.ram.is_some()
         && !forgotten
         && live.tokens.len() >= rules.min_save
-        && live.tokens.len() - kept >= rules.min_save;
+        && live.tokens.len() - kept >= least_loss_saved(live, prompt, rules.min_save);
 
     match restore {
         Some((source, entry, reusable)) => {
@@ -195,6 +207,23 @@ pub(crate) fn plan_prompt(
                 obstacle,
             }
         }
+    }
+}
+
+/// The fewest tokens a displaced live sequence must lose to be saved. A prompt that leaves it
+/// before its last reply began (by more than [`NEXT_TURN_SLACK`]) is another conversation, or
+/// an earlier turn edited: the displaced one may come back, and saving it pays as soon as a
+/// restore would be chosen for it ([`RAM_RESTORE_MARGIN`]) — two conversations that share a
+/// long system prompt each lose only their own turns. A prompt that leaves it inside or at
+/// the reply (the next turn, a barge-in's cut) moves the same conversation on: only a loss of
+/// `min_save` is kept, so a cut reply tail does not cost a copy on the way to the first token.
+pub(crate) fn least_loss_saved(live: LiveView<'_>, prompt: &[LlamaToken], min_save: usize) -> usize {
+    let parted = common_prefix_len(live.tokens, prompt);
+    let another = live.reply_start.is_some_and(|start| parted + NEXT_TURN_SLACK < start);
+    if another {
+        min_save.min(RAM_RESTORE_MARGIN)
+    } else {
+        min_save
     }
 }
 

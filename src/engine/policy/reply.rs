@@ -84,7 +84,7 @@ mod tests {
     const SWA: CacheShape = CacheShape { recurrent: false, n_swa: Some(512) };
 
     fn view(tokens: &[LlamaToken], pos_min: i32) -> LiveView<'_> {
-        LiveView { tokens, rewindable: 0, pos_min }
+        LiveView { tokens, rewindable: 0, pos_min, reply_start: None }
     }
 
     #[test]

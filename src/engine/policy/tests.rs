@@ -18,7 +18,7 @@ fn rules(min_save: usize) -> Rules {
 }
 
 fn live(tokens: &[LlamaToken]) -> LiveView<'_> {
-    LiveView { tokens, rewindable: 0, pos_min: 0 }
+    LiveView { tokens, rewindable: 0, pos_min: 0, reply_start: None }
 }
 
 fn entry(index: usize, tokens: &[LlamaToken], last_used: u64) -> StoredView<'_> {
@@ -49,6 +49,35 @@ fn another_conversation_is_saved_and_a_stored_one_restored() {
     assert_eq!(plan.source, Source::Ram(0));
     assert_eq!(plan.keep, 200);
     assert!(plan.save_live, "B loses everything it holds: {plan:?}");
+}
+
+#[test]
+fn a_conversation_sharing_the_system_prompt_is_saved_when_another_displaces_it() {
+    // B: a 2,000-token system prompt, its own 40-token turn and a 60-token reply.
+    let system = run(0, 2000);
+    let b = [system.clone(), run(5000, 40), run(6000, 60)].concat();
+    let on = Stores { ram: Some(Vec::new()), ..Stores::default() };
+    let b_live = LiveView { reply_start: Some(2040), ..live(&b) };
+    // Another conversation parts at the end of the system prompt: B loses 100 tokens, fewer
+    // than min_save, and is saved all the same (a restore would be chosen for it later).
+    let a = [system.clone(), run(7000, 30)].concat();
+    let plan = plan_prompt(ATTENTION, b_live, &on, &a, Derivation::AsSent, rules(256));
+    assert_eq!((plan.source, plan.keep), (Source::Live, 2000));
+    assert!(plan.save_live, "{plan:?}");
+    // Fewer than the restore margin lost: nothing a restore would ever prefer, not saved.
+    let small = [system.clone(), run(5000, 20), run(6000, 5)].concat();
+    let small_live = LiveView { reply_start: Some(2020), ..live(&small) };
+    assert!(small.len() - 2000 < RAM_RESTORE_MARGIN);
+    assert!(!plan_prompt(ATTENTION, small_live, &on, &a, Derivation::AsSent, rules(256)).save_live);
+    // B's own next turn: the template renders the answered turn's header differently, so the
+    // prompt parts a few tokens before the reply: the same conversation moves on, not saved.
+    let next = [system.clone(), run(5000, 38), run(8000, 70), run(9000, 20)].concat();
+    assert!(!plan_prompt(ATTENTION, b_live, &on, &next, Derivation::AsSent, rules(256)).save_live);
+    // A barge-in cuts B's reply after 10 tokens: not saved either.
+    let cut = [b[..2050].to_vec(), run(9000, 20)].concat();
+    assert!(!plan_prompt(ATTENTION, b_live, &on, &cut, Derivation::AsSent, rules(256)).save_live);
+    // With no reply recorded (a prefill, a restored state), only min_save counts.
+    assert!(!plan_prompt(ATTENTION, live(&b), &on, &a, Derivation::AsSent, rules(256)).save_live);
 }
 
 #[test]
@@ -182,7 +211,7 @@ mod properties {
 
     /// Live, prompt, RAM entries, disk entries, and the live cache's limits.
     fn case() -> impl Strategy<Value = (CacheShape, Vec<Vec<LlamaToken>>, usize, usize, i32, usize, bool)> {
-        (shape(), related(8), 0..3usize, 0..8usize, -1..40i32, 1..40usize, any::<bool>())
+        (shape(), related(8), 0..3usize, 0..8usize, -1..40i32, 1..80usize, any::<bool>())
     }
 
     /// Everything a plan for `prompt` may rely on, checked.
@@ -231,6 +260,7 @@ mod properties {
         #[test]
         fn plans_use_states_only_for_what_they_share(
             (shape, lists, n_ram, n_disk, pos_min, min_save, store_on) in case(),
+            reply_start in proptest::option::of(0..100usize),
         ) {
             let (live_tokens, prompt) = (&lists[0], &lists[1]);
             let entries = &lists[2..];
@@ -241,14 +271,24 @@ mod properties {
                 .map(|(i, t)| StoredView { index: i, tokens: t, bytes: 1, last_used: i as u64 })
                 .collect();
             let stores = Stores { ram: store_on.then_some(ram), evicted: Vec::new(), disk };
-            let live = LiveView { tokens: live_tokens, rewindable: min_save % 5, pos_min };
+            let live = LiveView { tokens: live_tokens, rewindable: min_save % 5, pos_min, reply_start };
             let plan = plan_prompt(shape, live, &stores, prompt, Derivation::AsSent, rules(min_save));
             check_plan(shape, live, &stores, prompt, plan)?;
-            // The live sequence is saved only when the store is on and it loses enough.
+            // The live sequence is saved only when the store is on, it is worth saving, and it
+            // loses enough: `min_save` tokens, or the restore margin when the prompt is another
+            // conversation (it leaves the live sequence before its last reply).
+            let kept = if plan.source == Source::Live { plan.keep } else { 0 };
+            let loss = live_tokens.len() - kept;
+            let parted = common_prefix_len(live_tokens, prompt);
+            let another = reply_start.is_some_and(|start| parted + NEXT_TURN_SLACK < start);
+            let worth = store_on && live_tokens.len() >= min_save;
             if plan.save_live {
-                prop_assert!(store_on && live_tokens.len() >= min_save);
-                let kept = if plan.source == Source::Live { plan.keep } else { 0 };
-                prop_assert!(live_tokens.len() - kept >= min_save);
+                prop_assert!(worth && loss >= min_save.min(RAM_RESTORE_MARGIN));
+                prop_assert!(loss >= min_save || another, "a next turn's small loss is not saved: {:?}", plan);
+            }
+            // And always then.
+            if worth && (loss >= min_save || (another && loss >= RAM_RESTORE_MARGIN)) {
+                prop_assert!(plan.save_live, "loss {} another {}: {:?}", loss, another, plan);
             }
         }
 

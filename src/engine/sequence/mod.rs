@@ -203,6 +203,7 @@ impl<'m> LiveSequence<'m> {
             tokens: &self.cached,
             rewindable: self.rewindable,
             pos_min: self.decoder.target().kv_cache_seq_pos_min(0),
+            reply_start: self.reply.map(|(start, _)| start),
         }
     }
 

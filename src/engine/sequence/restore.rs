@@ -9,7 +9,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::{LiveSequence, Reuse};
 use crate::engine::decoder::SavedState;
-use crate::engine::policy::{self, Derivation, Plan, Rules, Source, Stores};
+use crate::engine::policy::{self, Derivation, LiveView, Plan, Rules, Source, Stores};
 use crate::engine::store::{Restored, StateBytes};
 use crate::engine::{CacheEntryKind, CacheMiss, CacheSource};
 
@@ -37,13 +37,14 @@ impl LiveSequence<'_> {
     /// token of `tokens` is left to evaluate, so its logits are fresh.
     pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken], derivation: Derivation<'_>) -> Reuse {
         self.save_pending_checkpoint();
-        let reply_cut = policy::reply_cut(&self.cached, self.reply.take(), tokens);
+        let reply = self.reply.take();
+        let reply_cut = policy::reply_cut(&self.cached, reply, tokens);
         let mut origin = std::mem::replace(&mut self.origin, CacheSource::Live);
         let mut displaced: Option<(Vec<LlamaToken>, SavedState)> = None;
         let mut save = None;
         let mut reuse = None;
         for attempt in 0..MOST_PLANS {
-            let mut plan = self.plan(tokens, derivation);
+            let mut plan = self.plan(tokens, derivation, reply.map(|(start, _)| start));
             if attempt + 1 == MOST_PLANS {
                 // Entries kept being refused: serve from the live sequence alone.
                 plan = Plan { source: Source::Live, ..plan };
@@ -109,15 +110,17 @@ impl LiveSequence<'_> {
         reuse
     }
 
-    /// The cache policy's plan for `tokens` now.
-    fn plan(&self, tokens: &[LlamaToken], derivation: Derivation<'_>) -> Plan {
+    /// The cache policy's plan for `tokens` now, the live sequence's last reply having begun
+    /// at `reply_start`.
+    fn plan(&self, tokens: &[LlamaToken], derivation: Derivation<'_>, reply_start: Option<usize>) -> Plan {
         let stores = Stores {
             ram: self.store.as_ref().map(|store| store.views()),
             evicted: self.store.as_ref().map(|store| store.evicted()).unwrap_or_default(),
             disk: self.disk.as_ref().map(|disk| disk.views()).unwrap_or_default(),
         };
         let rules = Rules { min_save: self.min_save, costs: self.costs };
-        policy::plan_prompt(self.shape, self.view(), &stores, tokens, derivation, rules)
+        let live = LiveView { reply_start, ..self.view() };
+        policy::plan_prompt(self.shape, live, &stores, tokens, derivation, rules)
     }
 
     /// Cuts the live sequence to `reuse.keep` tokens (emptied when that is none), which came
