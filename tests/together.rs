@@ -227,3 +227,29 @@ fn a_request_that_does_not_fit_beside_a_streaming_reply_waits_for_it() {
     assert_eq!(b.timings.shared, None, "B was served alone after A");
     assert_eq!(engine.cache_status().lanes.served, 0);
 }
+
+/// On a sliding-window model a lane can share a prefix only where the streaming sequence still
+/// holds the window before its end. Here A's long prompt (the system prompt, then 1,400 tokens
+/// of its own) has pushed the system prompt's last window out of the small SWA cache, so B,
+/// which shares only that system prompt, must evaluate all of its prompt: with its 1,500-token
+/// limit that does not fit beside A's promise, and B waits. (Before, the fit was reckoned as if
+/// B shared the system prompt's cells; in the 4K bench such a lane's prompt then ran out of
+/// cells and the request failed with a decode error.)
+#[test]
+fn a_prefix_the_window_no_longer_covers_is_not_reckoned_as_shared() {
+    let config = EngineConfig { swa_full: false, parallel: 2, ..config(gemma3_path()) };
+    let engine = Engine::start(config).expect("the model loads");
+    let system = common::long_system_prompt(600);
+    let notes = format!("Summarise these notes in one line:\n{}", common::long_system_prompt(1400));
+    let banned = token_ids(&engine, &["<end_of_turn>", "<eos>"]);
+    let a = streaming(&engine, request(&system, &notes, 100, &banned));
+    let (b, b_ended) =
+        read(engine.submit(request(&system, "Turn on the office light.", 1500, &[])).expect("submitted"), None);
+    let (a, a_ended) = a.join().expect("reader");
+    assert!(a.usage.prompt_tokens > 1900 && b.usage.prompt_tokens > 600, "{:?} {:?}", a.usage, b.usage);
+    assert!(b.usage.prompt_tokens + 1500 + a.usage.prompt_tokens + 100 > 4096, "B does not fit beside A");
+    assert_eq!(a.usage.completion_tokens, 100, "A went on to its limit");
+    assert!(b_ended > a_ended, "B waited for A");
+    assert_eq!(b.timings.shared, None, "B was served alone after A");
+    assert_eq!(engine.cache_status().lanes.served, 0);
+}

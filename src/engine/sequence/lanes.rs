@@ -270,18 +270,7 @@ impl<'m> LiveSequence<'m> {
     /// stored state (restored into the lane); returns the prefix's length, how much of it
     /// sequence 0's cells hold, and the cache report.
     fn lane_prefix(&mut self, seq: SeqId, prompt: &[LlamaToken], may_restore: bool) -> (usize, usize, CacheReport) {
-        let most = prompt.len().saturating_sub(1);
-        let target = self.decoder.target();
-        let covered = |seq: SeqId, held: usize| window_covers(target.kv_cache_seq_pos_min(seq), held, self.shape.n_swa);
-        // The longest prefix held: sequence 0's (where its window still covers it) or a lane's.
-        let home = common_prefix_len(&self.cached, prompt).min(most);
-        let mut source = (HOME, if covered(HOME, home) { home } else { 0 });
-        for lane in &self.lanes.lanes {
-            let held = common_prefix_len(&lane.tokens, prompt).min(most);
-            if covered(lane.seq, held) && held > source.1 {
-                source = (lane.seq, held);
-            }
-        }
+        let source = self.longest_live_prefix(prompt);
         let report = |source: CacheSource, keep: usize| CacheReport {
             source: if keep > 0 { source } else { CacheSource::None },
             reused: keep as u32,
@@ -298,6 +287,25 @@ impl<'m> LiveSequence<'m> {
         let keep = if keep > 0 && self.decoder.share_prefix(from, seq, keep) { keep } else { 0 };
         let shared = if from == HOME { keep } else { 0 };
         (keep, shared, report(CacheSource::Live, keep))
+    }
+
+    /// The live sequence that holds the longest prefix of `prompt` a lane can share, and its
+    /// length (at most all but the last token): sequence 0's or a lane's, where the sequence's
+    /// sliding window still covers it (a sliding-window model's sequence that moved on no longer
+    /// holds the window before an earlier position).
+    pub(crate) fn longest_live_prefix(&self, prompt: &[LlamaToken]) -> (SeqId, usize) {
+        let most = prompt.len().saturating_sub(1);
+        let target = self.decoder.target();
+        let covered = |seq: SeqId, held: usize| window_covers(target.kv_cache_seq_pos_min(seq), held, self.shape.n_swa);
+        let home = common_prefix_len(&self.cached, prompt).min(most);
+        let mut source = (HOME, if covered(HOME, home) { home } else { 0 });
+        for lane in &self.lanes.lanes {
+            let held = common_prefix_len(&lane.tokens, prompt).min(most);
+            if covered(lane.seq, held) && held > source.1 {
+                source = (lane.seq, held);
+            }
+        }
+        source
     }
 
     /// Restores into lane `seq` the stored state that serves the most of `prompt`, when it

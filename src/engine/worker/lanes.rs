@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{overflow, Session};
-use crate::engine::prefix::common_prefix_len;
 use crate::engine::reply::{ReasoningLimit, Reply};
 use crate::engine::sequence::{LaneStart, Remember};
 use crate::engine::{Command, EngineError, Event, Job, Prompt};
@@ -96,7 +95,9 @@ impl<'m> Session<'m> {
             restore(&mut job, tokens);
             return Some(job);
         };
-        let shared = common_prefix_len(self.sequence.tokens(), &tokens);
+        // The cells it needs beyond the prefix it can share (none of a prefix a sliding window
+        // no longer covers).
+        let (_, shared) = self.sequence.longest_live_prefix(&tokens);
         let needs = tokens.len() - shared + limit as usize;
         let free = (n_ctx as usize).saturating_sub(reserved + self.sequence.lanes_reserved());
         if needs > free {
