@@ -328,12 +328,18 @@ struct Body<'a> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ErrorCode(pub(crate) Option<&'static str>);
 
+/// The message of an error answer, attached to its response: an answer under Ollama's paths
+/// is written again in Ollama's shape from it, whichever layer refused the request.
+#[derive(Clone, Debug)]
+pub(crate) struct ErrorMessage(pub(crate) String);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let mut response = (status, [(header::CONTENT_TYPE, "application/json")], self.to_json()).into_response();
         // For the request log and `/metrics`: errors by code.
         response.extensions_mut().insert(ErrorCode(self.code()));
+        response.extensions_mut().insert(ErrorMessage(self.client_message()));
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         }
@@ -362,8 +368,13 @@ impl OllamaError {
     /// The body as JSON text (also a stream's error line).
     #[must_use]
     pub(crate) fn to_json(&self) -> String {
-        serde_json::json!({ "error": self.0.client_message() }).to_string()
+        ollama_body(&self.0.client_message())
     }
+}
+
+/// Ollama's error body for `message`.
+fn ollama_body(message: &str) -> String {
+    serde_json::json!({ "error": message }).to_string()
 }
 
 impl IntoResponse for OllamaError {
@@ -372,6 +383,21 @@ impl IntoResponse for OllamaError {
         *response.body_mut() = axum::body::Body::from(self.to_json());
         response
     }
+}
+
+/// Writes an error answer to a request under Ollama's paths (`/api/...`) in Ollama's shape,
+/// whatever refused it: the key check (401), the Host and Origin checks (403), an unknown path
+/// (404) or method (405), a handler's panic (500). Ollama's clients read `error` as a string.
+pub(crate) async fn ollama_error_shape(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let ollama = request.uri().path().starts_with("/api/");
+    let mut response = next.run(request).await;
+    if ollama {
+        if let Some(ErrorMessage(message)) = response.extensions().get::<ErrorMessage>().cloned() {
+            response.headers_mut().remove(header::CONTENT_LENGTH);
+            *response.body_mut() = axum::body::Body::from(ollama_body(&message));
+        }
+    }
+    response
 }
 
 #[cfg(test)]

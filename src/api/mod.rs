@@ -202,6 +202,7 @@ fn router_over(state: Arc<AppState>, options: &ServeOptions) -> Router {
     // Before anything else, preflights included: the host name (DNS rebinding); then the log.
     router
         .layer(axum::middleware::from_fn_with_state(options.allowed_hosts.clone(), access::refuse_unknown_hosts))
+        .layer(axum::middleware::from_fn(error::ollama_error_shape))
         .layer(axum::middleware::from_fn_with_state(metrics, request_log::log_requests))
 }
 

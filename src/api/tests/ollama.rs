@@ -371,9 +371,37 @@ async fn ollamas_endpoints_take_the_same_keys_and_host_checks() {
         let engine: std::sync::Arc<dyn crate::api::backend::Backend> = engine.clone();
         router_with(engine, &options).oneshot(builder.body(Body::empty()).expect("a request"))
     };
-    assert_eq!(send_with(None, "localhost").await.expect("answer").status(), StatusCode::UNAUTHORIZED);
+    // Refused before any endpoint runs, and still in Ollama's shape: `error` is a string.
+    let ollama_error = |response: axum::response::Response| async move {
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16).await.expect("a body");
+        let body: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        (status, body["error"].as_str().map(str::to_owned).unwrap_or_else(|| panic!("a string error: {body}")))
+    };
+    let (status, message) = ollama_error(send_with(None, "localhost").await.expect("answer")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(message.contains("missing API key"), "{message}");
     assert_eq!(send_with(Some("sk-local-1"), "localhost").await.expect("answer").status(), StatusCode::OK);
-    let rebinding = send_with(Some("sk-local-1"), "attacker.example").await.expect("answer");
-    assert_eq!(rebinding.status(), StatusCode::FORBIDDEN);
+    let (status, message) =
+        ollama_error(send_with(Some("sk-local-1"), "attacker.example").await.expect("answer")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(message.contains("attacker.example"), "{message}");
     assert!(matches!(options.allowed_hosts, AllowedHosts::Names(_)));
+}
+
+#[tokio::test]
+async fn unknown_ollama_paths_and_methods_answer_in_ollamas_shape_and_openai_paths_keep_theirs() {
+    let engine = replying(&[], FinishReason::Stop);
+    for (method, path, status) in [
+        (Method::POST, "/api/embeddingz", StatusCode::NOT_FOUND),
+        (Method::GET, "/api/chat", StatusCode::METHOD_NOT_ALLOWED),
+    ] {
+        let (answered, body) = call(&engine, method, path, Body::empty()).await;
+        assert_eq!(answered, status, "{path}: {body}");
+        assert!(body["error"].is_string(), "{path}: {body}");
+    }
+    // The OpenAI paths keep the OpenAI envelope.
+    let (status, body) = call(&engine, Method::GET, "/v1/nothing", Body::empty()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body["error"]["message"].is_string(), "{body}");
 }
