@@ -11,7 +11,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::python::{run_with_timeout, sdk_python};
-use common::{long_system_prompt, settled_cache, smollm2_path, spawn_server, test_config, TestServer};
+use common::{
+    long_system_prompt, settled_cache, smollm2_path, spawn_server, spawn_server_with, test_config, TestServer,
+};
+use firstword::api::{ApiKeys, ServeOptions};
 use firstword::Engine;
 use serde_json::{json, Value};
 
@@ -159,6 +162,91 @@ async fn the_official_ollama_client_works_as_home_assistant_calls_it() {
     let status = status.unwrap_or_else(|| panic!("the ollama client checks ran past 120 s:\n{stdout}"));
     assert!(status.success(), "the ollama client checks failed ({status}):\n{stdout}\n{stderr}");
     assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
+}
+
+/// The same as Home Assistant's calls, through the official JavaScript client (ollama-js,
+/// `tests/sdk/ollama_client.mjs`, pinned by `scripts/ollama-js.sh`), on a server that takes an
+/// API key: without it the client reads the 401 as Ollama's string error.
+#[tokio::test]
+async fn the_official_javascript_client_works_with_an_api_key() {
+    const KEY: &str = "sk-ollama-js";
+    let options = ServeOptions { api_keys: ApiKeys::new([KEY.to_string()]), ..ServeOptions::default() };
+    let server = spawn_server_with(Engine::start(test_config(smollm2_path())).expect("SmolLM2 loads"), options);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let installed = Command::new("bash").arg("scripts/ollama-js.sh").current_dir(&root).output().expect("bash runs");
+    let listed = String::from_utf8_lossy(&installed.stdout);
+    assert!(
+        installed.status.success(),
+        "scripts/ollama-js.sh failed:\n{listed}\n{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+    let modules = listed.lines().last().expect("the node_modules path").trim().to_string();
+    let mut command = Command::new("node");
+    command.arg(root.join("tests/sdk/ollama_client.mjs")).arg(modules).arg(&server.base).arg(KEY);
+    let (status, stdout, stderr) =
+        tokio::task::spawn_blocking(move || run_with_timeout(command, Duration::from_secs(120))).await.expect("runner");
+    println!("{stdout}");
+    let status = status.unwrap_or_else(|| panic!("the ollama-js checks ran past 120 s:\n{stdout}"));
+    assert!(status.success(), "the ollama-js checks failed ({status}):\n{stdout}\n{stderr}");
+    assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
+}
+
+/// Pictures through `/api/chat` on a real projector (the vision fixture): `show` says
+/// `vision`; a message's `images` (base64, as Ollama's clients send them) reach the model as
+/// the OpenAI path's image parts do (the same prompt, picture included: the OpenAI request
+/// finds all of it cached); the next turn with the same picture continues the cache; a broken
+/// picture is a 400 in Ollama's shape, and the server goes on.
+#[tokio::test]
+async fn pictures_in_ollama_messages_reach_the_projector_as_openai_image_parts_do() {
+    use common::media::{base64, red, vision_projector, VISION_TOKENS};
+    let config = firstword::EngineConfig { mmproj: Some(vision_projector()), ..test_config(smollm2_path()) };
+    let server = spawn_server(Engine::start(config).expect("SmolLM2 with the vision fixture loads"));
+    let base = &server.base;
+    let (status, show) = post_lines(base, "/api/show", &json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(show[0]["capabilities"], json!(["completion", "tools", "vision"]));
+
+    let picture = base64(&red());
+    let options = json!({"temperature": 0, "num_predict": 8});
+    let ask = |images: Value| {
+        json!({"messages": [{"role": "user", "content": "What colour is this?", "images": images}],
+        "stream": false, "options": options})
+    };
+    let (status, with) = post_lines(base, "/api/chat", &ask(json!([picture]))).await;
+    assert_eq!(status, 200, "{with:?}");
+    let tokens = |answer: &[Value]| answer[0]["prompt_eval_count"].as_u64().expect("a count");
+
+    // The same turn as an OpenAI image part: the very same prompt, picture included (the cache
+    // holds all of it but the last token, which is evaluated again for fresh logits).
+    let url = format!("data:image/bmp;base64,{picture}");
+    let openai = json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+        {"type": "text", "text": "What colour is this?"}]}], "max_tokens": 8, "temperature": 0});
+    let (status, answer) = common::post_json(base, "/v1/chat/completions", &openai).await;
+    assert_eq!(status, 200, "{answer}");
+    let prompt_tokens = answer["usage"]["prompt_tokens"].as_u64().expect("usage");
+    assert_eq!(prompt_tokens, tokens(&with), "the same prompt, evaluated whole the first time");
+    assert_eq!(answer["usage"]["prompt_tokens_details"]["cached_tokens"], prompt_tokens - 1, "{answer}");
+
+    // The next turn with the same picture continues the cache.
+    let reply = answer["choices"][0]["message"]["content"].as_str().expect("a reply");
+    let next = json!({"messages": [{"role": "user", "content": "What colour is this?", "images": [picture]},
+        {"role": "assistant", "content": reply}, {"role": "user", "content": "Are you sure?"}],
+        "stream": false, "options": options});
+    let (status, second) = post_lines(base, "/api/chat", &next).await;
+    assert_eq!(status, 200, "{second:?}");
+    let evaluated = tokens(&second);
+    assert!(evaluated + u64::from(VISION_TOKENS) <= tokens(&with), "the picture's turn is cached: {second:?}");
+
+    // Without the picture, its tokens are missing from the prompt.
+    let (status, without) = post_lines(base, "/api/chat", &ask(json!([]))).await;
+    assert_eq!(status, 200, "{without:?}");
+    assert!(tokens(&with) >= tokens(&without) + u64::from(VISION_TOKENS), "{with:?} {without:?}");
+
+    let (status, broken) = post_lines(base, "/api/chat", &ask(json!([base64(b"BM not a picture")]))).await;
+    assert_eq!(status, 400, "{broken:?}");
+    assert!(broken[0]["error"].as_str().is_some_and(|e| e.contains("BMP")), "{broken:?}");
+    let (status, again) = post_lines(base, "/api/chat", &ask(json!([picture]))).await;
+    assert_eq!(status, 200, "the server goes on: {again:?}");
 }
 
 /// A client that leaves an NDJSON stream after its first lines: the generation stops and is

@@ -231,6 +231,29 @@ fn keep_alive(value: Option<&Value>) -> Result<(), ApiError> {
     }
 }
 
+/// A message's text and its pictures (data URLs) as content parts, where Ollama places them:
+/// each picture at the next `[img]` marker of the text while one is left (the marker replaced),
+/// the others before the text, in order.
+fn pictures_in_text(text: &str, urls: Vec<String>) -> Vec<Value> {
+    const MARKER: &str = "[img]";
+    let image = |url: String| json!({"type": "image_url", "image_url": {"url": url}});
+    let at_markers = text.matches(MARKER).count().min(urls.len());
+    let mut urls = urls.into_iter();
+    let placed: Vec<String> = urls.by_ref().take(at_markers).collect();
+    let mut parts: Vec<Value> = urls.map(image).collect();
+    let mut rest = text;
+    for url in placed {
+        let (before, after) = rest.split_once(MARKER).expect("counted");
+        if !before.is_empty() {
+            parts.push(json!({"type": "text", "text": before}));
+        }
+        parts.push(image(url));
+        rest = after;
+    }
+    parts.push(json!({"type": "text", "text": rest}));
+    parts
+}
+
 /// Ollama's messages as chat-completions messages: `images` into image parts, `thinking`
 /// into `reasoning_content`, calls given ids, and each tool result answering the oldest
 /// unanswered call (of its `tool_name`, when it says).
@@ -251,7 +274,7 @@ fn messages_of(messages: Vec<Value>) -> Result<Vec<Value>, ApiError> {
                     Some(Value::String(text)) => text,
                     _ => String::new(),
                 };
-                let mut parts = vec![json!({"type": "text", "text": text})];
+                let mut urls = Vec::with_capacity(images.len());
                 for (j, image) in images.into_iter().enumerate() {
                     let Value::String(data) = image else {
                         return Err(ApiError::invalid(
@@ -259,9 +282,9 @@ fn messages_of(messages: Vec<Value>) -> Result<Vec<Value>, ApiError> {
                             "an image must be base64 text",
                         ));
                     };
-                    parts.push(json!({"type": "image_url", "image_url": {"url": format!("data:image;base64,{data}")}}));
+                    urls.push(format!("data:image;base64,{data}"));
                 }
-                message.insert("content".into(), Value::Array(parts));
+                message.insert("content".into(), Value::Array(pictures_in_text(&text, urls)));
             }
             if let Some(thinking) = message.remove("thinking") {
                 message.insert("reasoning_content".into(), thinking);
@@ -297,4 +320,35 @@ fn messages_of(messages: Vec<Value>) -> Result<Vec<Value>, ApiError> {
             Ok(Value::Object(message))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::pictures_in_text;
+
+    fn kinds(parts: &[Value]) -> Vec<String> {
+        parts
+            .iter()
+            .map(|part| match part["type"].as_str() {
+                Some("text") => format!("text:{}", part["text"].as_str().unwrap_or_default()),
+                _ => format!("image:{}", part["image_url"]["url"].as_str().unwrap_or_default()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pictures_go_before_the_text_or_at_its_img_markers_as_ollama_places_them() {
+        let urls = |n: usize| (0..n).map(|i| format!("u{i}")).collect::<Vec<_>>();
+        assert_eq!(kinds(&pictures_in_text("What is this?", urls(2))), ["image:u0", "image:u1", "text:What is this?"]);
+        assert_eq!(
+            kinds(&pictures_in_text("Compare [img] with [img].", urls(2))),
+            ["text:Compare ", "image:u0", "text: with ", "image:u1", "text:."]
+        );
+        // More pictures than markers: the rest go first; more markers: the rest stay text.
+        assert_eq!(kinds(&pictures_in_text("[img] and", urls(2))), ["image:u1", "image:u0", "text: and"]);
+        assert_eq!(kinds(&pictures_in_text("[img] [img]", urls(1))), ["image:u0", "text: [img]"]);
+        assert_eq!(pictures_in_text("", Vec::new()), vec![json!({"type": "text", "text": ""})]);
+    }
 }
