@@ -12,6 +12,7 @@
 
 mod common;
 
+use firstword::engine::media::MediaSupport;
 use firstword::engine::TemplateSource;
 use firstword::fuzzing::Api;
 use firstword::ModelInfo;
@@ -33,6 +34,10 @@ fuzz_target!(|data: &[u8]| {
         reasoning: None,
         threads: 1,
         threads_batch: 1,
+        media: MediaSupport::default(),
+        n_params: 135_000_000,
+        size_bytes: 90_000_000,
+        file_type: Some(3),
     };
     let messages = json!([{"role": "user", "content": "Go."}]);
     let choice = if data.len() % 2 == 0 { "required" } else { "auto" };
