@@ -232,3 +232,46 @@ async fn without_anticipation_dropped_reasoning_is_a_history_change() {
     assert_eq!(cache["reason"], "history-changed", "the earlier reasoning left the prompt: {cache}");
     assert!(cache["reused"].as_u64().is_some_and(|n| n > 5), "the turns before it stayed cached: {cache}");
 }
+
+/// Ollama's `/api/chat` on the same model: `show` lists `thinking`; the reasoning comes in
+/// `message.thinking`, never in `content`, whole and streamed (its lines first); `think: false`
+/// switches the template's reasoning off.
+#[tokio::test]
+async fn ollamas_chat_carries_the_reasoning_in_thinking_and_think_false_turns_it_off() {
+    let (_guard, server) = THINKING.exclusive().await;
+    let base = &server.base;
+    let (status, show) = post_json(base, "/api/show", &json!({})).await;
+    assert_eq!(status, 200, "{show}");
+    assert!(show["capabilities"].as_array().is_some_and(|c| c.contains(&json!("thinking"))), "{show}");
+
+    let ask = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": QUESTION}], "stream": false,
+            "options": {"temperature": 0, "num_predict": 40}});
+        for (key, value) in extra.as_object().expect("an object") {
+            body[key] = value.clone();
+        }
+        body
+    };
+    let (status, whole) = post_json(base, "/api/chat", &ask(json!({}))).await;
+    assert_eq!(status, 200, "{whole}");
+    let thinking = whole["message"]["thinking"].as_str().expect("message.thinking");
+    assert!(!thinking.is_empty(), "{whole}");
+    no_markers(thinking);
+    no_markers(whole["message"]["content"].as_str().expect("content"));
+
+    let response =
+        reqwest::Client::new().post(format!("{base}/api/chat")).json(&ask(json!({"stream": true}))).send().await;
+    let text = response.expect("request").text().await.expect("body");
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("NDJSON")).collect();
+    let streamed: String = lines.iter().filter_map(|l| l["message"]["thinking"].as_str()).collect();
+    assert_eq!(streamed, thinking, "the same reasoning, streamed");
+    let first_content = lines.iter().position(|l| l["message"]["content"].as_str().is_some_and(|c| !c.is_empty()));
+    let first_thinking = lines.iter().position(|l| l["message"]["thinking"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(first_thinking.expect("reasoning lines") < first_content.unwrap_or(usize::MAX), "reasoning first: {text}");
+    assert_eq!(lines.last().map(|l| &l["done"]), Some(&json!(true)), "{text}");
+
+    let (status, off) = post_json(base, "/api/chat", &ask(json!({"think": false}))).await;
+    assert_eq!(status, 200, "{off}");
+    assert!(off["message"]["thinking"].as_str().is_none_or(str::is_empty), "no reasoning: {off}");
+    assert!(off["message"]["content"].as_str().is_some_and(|c| !c.is_empty()), "{off}");
+}
