@@ -156,11 +156,17 @@ async fn the_official_ollama_client_works_as_home_assistant_calls_it() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut command = Command::new(sdk_python(&root));
     command.arg("-u").arg(root.join("tests/sdk/ollama_client.py")).arg(&server.base);
+    client_checks_pass("ollama client", command).await;
+}
+
+/// Runs a client's checks (`command`) to their end within 120 s: they print each step, and
+/// `ok` last.
+async fn client_checks_pass(name: &'static str, command: Command) {
     let (status, stdout, stderr) =
         tokio::task::spawn_blocking(move || run_with_timeout(command, Duration::from_secs(120))).await.expect("runner");
     println!("{stdout}");
-    let status = status.unwrap_or_else(|| panic!("the ollama client checks ran past 120 s:\n{stdout}"));
-    assert!(status.success(), "the ollama client checks failed ({status}):\n{stdout}\n{stderr}");
+    let status = status.unwrap_or_else(|| panic!("the {name} checks ran past 120 s:\n{stdout}"));
+    assert!(status.success(), "the {name} checks failed ({status}):\n{stdout}\n{stderr}");
     assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
 }
 
@@ -183,12 +189,7 @@ async fn the_official_javascript_client_works_with_an_api_key() {
     let modules = listed.lines().last().expect("the node_modules path").trim().to_string();
     let mut command = Command::new("node");
     command.arg(root.join("tests/sdk/ollama_client.mjs")).arg(modules).arg(&server.base).arg(KEY);
-    let (status, stdout, stderr) =
-        tokio::task::spawn_blocking(move || run_with_timeout(command, Duration::from_secs(120))).await.expect("runner");
-    println!("{stdout}");
-    let status = status.unwrap_or_else(|| panic!("the ollama-js checks ran past 120 s:\n{stdout}"));
-    assert!(status.success(), "the ollama-js checks failed ({status}):\n{stdout}\n{stderr}");
-    assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
+    client_checks_pass("ollama-js", command).await;
 }
 
 /// Pictures through `/api/chat` on a real projector (the vision fixture): `show` says

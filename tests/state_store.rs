@@ -143,10 +143,15 @@ fn two_alternating_conversations_both_stay_cached() {
     let (_, b2) = b.turn(&engine, 16, "Which hall is the largest?");
     let (_, a3) = a.turn(&engine, 16, "Thanks.");
     eprintln!("A1 {a1:?}\nB1 {b1:?}\nA2 {a2:?}\nB2 {b2:?}\nA3 {a3:?}");
-    for (name, previous, turn) in [("A2", a1, a2), ("B2", b1, b2), ("A3", a2, a3)] {
+    each_continues_its_previous_turn([("A2", a1, a2), ("B2", b1, b2), ("A3", a2, a3)]);
+}
+
+/// Each named turn reused all of its conversation's previous turn (but [`SLACK`] tokens).
+fn each_continues_its_previous_turn(turns: [(&str, Usage, Usage); 3]) {
+    for (name, previous, turn) in turns {
         assert!(
             turn.cached_tokens + SLACK >= previous.prompt_tokens,
-            "{name} reuses its conversation's previous turn: cached {} of the previous turn's {} prompt tokens",
+            "{name} continues its conversation's previous turn: cached {} of the previous turn's {} prompt tokens",
             turn.cached_tokens,
             previous.prompt_tokens
         );
@@ -175,14 +180,7 @@ fn two_conversations_sharing_the_system_prompt_keep_their_own_turns() {
     let (_, b2) = b.turn(&engine, 24, "Thanks.");
     let (_, a3) = a.turn(&engine, 24, "Thanks.");
     eprintln!("A1 {a1:?}\nB1 {b1:?}\nA2 {a2:?}\nB2 {b2:?}\nA3 {a3:?}");
-    for (name, previous, turn) in [("A2", a1, a2), ("B2", b1, b2), ("A3", a2, a3)] {
-        assert!(
-            turn.cached_tokens + SLACK >= previous.prompt_tokens,
-            "{name} continues its own previous turn: cached {} of the previous turn's {} prompt tokens",
-            turn.cached_tokens,
-            previous.prompt_tokens
-        );
-    }
+    each_continues_its_previous_turn([("A2", a1, a2), ("B2", b1, b2), ("A3", a2, a3)]);
 }
 
 /// A fresh engine with the store off evaluates `prompt` split as the restored turn was:
