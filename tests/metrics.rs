@@ -192,3 +192,64 @@ async fn the_disk_bytes_written_are_the_bytes_of_the_conversation_s_file() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Lanes on `/metrics`: a request sent while a reply streams is served in a lane
+/// (`firstword_lane_requests_total`), and both replies count in `firstword_replies_beside` as
+/// having shared steps with one other; once both ended no lane runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_served_beside_a_streaming_reply_counts_as_a_lane() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = sdk_python(root);
+    let server = spawn_server(Engine::start(test_config(smollm2_path())).expect("the model loads"));
+    let base = server.base.clone();
+    let client = reqwest::Client::new();
+    // The story cannot end early: its end-of-turn tokens are banned.
+    let mut banned = serde_json::Map::new();
+    for marker in ["<|im_end|>", "<|endoftext|>"] {
+        let tokens: Value = client
+            .post(format!("{base}/tokenize"))
+            .json(&json!({"content": marker}))
+            .send()
+            .await
+            .expect("tokenize")
+            .json()
+            .await
+            .expect("JSON");
+        banned.insert(tokens["tokens"][0].to_string(), json!(-100));
+    }
+    let story = json!({"messages": [{"role": "user", "content": "Tell me a long story about a dragon."}],
+        "max_tokens": 120, "temperature": 0, "stream": true, "logit_bias": banned});
+    let mut streaming = client.post(format!("{base}/v1/chat/completions")).json(&story).send().await.expect("story");
+    let mut received = String::new();
+    while received.matches("\"content\":\"").count() < 8 {
+        let chunk = streaming.chunk().await.expect("chunk").expect("the story streams");
+        received.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let (status, beside) =
+        post(&base, &json!({"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8, "temperature": 0}))
+            .await;
+    assert_eq!(status, 200, "{beside}");
+    assert!(beside["timings"]["shared"]["sequence"].as_u64().is_some_and(|s| s > 0), "served in a lane: {beside}");
+    while let Some(chunk) = streaming.chunk().await.expect("chunk") {
+        received.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(received.contains("[DONE]"), "{received}");
+
+    let engine = server.engine.clone();
+    tokio::task::spawn_blocking(move || engine.wait_idle_blocking()).await.expect("idle");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (scrape, samples) = loop {
+        let scrape = reqwest::get(format!("{base}/metrics")).await.expect("GET /metrics").text().await.expect("text");
+        let samples = parse(&python, root, &scrape);
+        if value(&samples, "firstword_replies_beside_count", &[]) >= 2.0 || Instant::now() > deadline {
+            break (scrape, samples);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let get = |name: &str, labels: &[(&str, &str)]| value(&samples, name, labels);
+    assert_eq!(get("firstword_lane_requests_total", &[]), 1.0, "{scrape}");
+    assert_eq!(get("firstword_lanes_running", &[]), 0.0, "{scrape}");
+    assert_eq!(get("firstword_replies_beside_count", &[]), 2.0, "{scrape}");
+    assert_eq!(get("firstword_replies_beside_bucket", &[("le", "0.0")]), 0.0, "neither ran alone: {scrape}");
+    assert_eq!(get("firstword_replies_beside_bucket", &[("le", "1.0")]), 2.0, "each beside the other: {scrape}");
+}

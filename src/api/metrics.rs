@@ -25,6 +25,10 @@ const TTFT_BUCKETS: [f64; 12] = [0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 2.
 /// Restore-time buckets, seconds.
 const RESTORE_BUCKETS: [f64; 8] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
 
+/// Buckets of `replies_beside`: how many other replies shared a reply's decode steps (0: none;
+/// at most `--parallel` − 1).
+const BESIDE_BUCKETS: [f64; 5] = [0.0, 1.0, 2.0, 3.0, 7.0];
+
 /// Request-path buckets: 0.25 ms to a second, seconds (the target is 5 ms for a 4K-token
 /// conversation).
 const REQUEST_PATH_BUCKETS: [f64; 10] = [0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1, 0.25, 1.0];
@@ -89,6 +93,7 @@ pub(super) struct Metrics {
     parked_generations: Family<ParkingLabels, Counter>,
     lanes_running: Gauge,
     lane_requests: Counter,
+    replies_beside: Histogram,
     threads: Family<ThreadLabels, Gauge>,
     other_busy_cores: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
@@ -119,6 +124,7 @@ impl Metrics {
             parked_generations: Family::default(),
             lanes_running: Gauge::default(),
             lane_requests: Counter::default(),
+            replies_beside: Histogram::new(BESIDE_BUCKETS),
             threads: Family::default(),
             other_busy_cores: Gauge::default(),
             registry: Registry::default(),
@@ -181,6 +187,11 @@ impl Metrics {
             metrics.lane_requests.clone(),
         );
         registry.register(
+            "replies_beside",
+            "Per reply generated: the most other replies that shared one of its decode steps (0: it ran alone)",
+            metrics.replies_beside.clone(),
+        );
+        registry.register(
             "threads",
             "Threads llama.cpp computes with now, by kind (generation, batch): fewer while other processes keep cores busy",
             metrics.threads.clone(),
@@ -232,6 +243,9 @@ impl Metrics {
             }
         }
         self.generation_seconds.inc_by(timings.generation.as_secs_f64());
+        if outcome.ttft.is_some() {
+            self.replies_beside.observe(f64::from(timings.shared.map_or(0, |shared| shared.replies_beside)));
+        }
         if let Some(draft) = timings.draft {
             self.drafted.inc_by(u64::from(draft.drafted));
             self.accepted.inc_by(u64::from(draft.accepted));
