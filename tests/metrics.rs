@@ -42,6 +42,30 @@ fn value(samples: &[(String, Value, f64)], name: &str, labels: &[(&str, &str)]) 
     samples.iter().filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l[*k] == *v)).map(|(_, _, v)| *v).sum()
 }
 
+/// Scrapes `/metrics` (OpenMetrics text) until `done` says the samples hold what the test
+/// waits for, or for 10 s: a response's line is counted as its body ends, after the client
+/// may already have it.
+async fn scrape_until(
+    base: &str,
+    python: &Path,
+    done: impl Fn(&[(String, Value, f64)]) -> bool,
+) -> (String, Vec<(String, Value, f64)>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = reqwest::get(format!("{base}/metrics")).await.expect("GET /metrics");
+        assert_eq!(response.status(), 200);
+        let content_type = response.headers()["content-type"].to_str().expect("ASCII").to_string();
+        assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+        let scrape = response.text().await.expect("text");
+        let samples = parse(python, root, &scrape);
+        if done(&samples) || Instant::now() > deadline {
+            return (scrape, samples);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn usage(answer: &Value) -> (f64, f64, f64) {
     let usage = &answer["usage"];
     let number = |v: &Value| v.as_f64().expect("a count");
@@ -90,20 +114,10 @@ async fn the_metrics_count_what_the_responses_said() {
     // is counted as its body ends: scrape until it is in.
     let engine = server.engine.clone();
     tokio::task::spawn_blocking(move || engine.wait_idle_blocking()).await.expect("idle");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (scrape, samples) = loop {
-        let response = reqwest::get(format!("{base}/metrics")).await.expect("GET /metrics");
-        assert_eq!(response.status(), 200);
-        let content_type = response.headers()["content-type"].to_str().expect("ASCII").to_string();
-        assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
-        let scrape = response.text().await.expect("text");
-        let samples = parse(&python, root, &scrape);
-        if value(&samples, "firstword_requests_total", &[("route", "/v1/prefill")]) >= 1.0 || Instant::now() > deadline
-        {
-            break (scrape, samples);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (scrape, samples) = scrape_until(&base, &python, |samples| {
+        value(samples, "firstword_requests_total", &[("route", "/v1/prefill")]) >= 1.0
+    })
+    .await;
     let get = |name: &str, labels: &[(&str, &str)]| value(&samples, name, labels);
     let chat = "/v1/chat/completions";
     assert_eq!(get("firstword_requests_total", &[("route", chat), ("status", "200")]), 2.0, "{scrape}");
@@ -237,15 +251,8 @@ async fn a_request_served_beside_a_streaming_reply_counts_as_a_lane() {
 
     let engine = server.engine.clone();
     tokio::task::spawn_blocking(move || engine.wait_idle_blocking()).await.expect("idle");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (scrape, samples) = loop {
-        let scrape = reqwest::get(format!("{base}/metrics")).await.expect("GET /metrics").text().await.expect("text");
-        let samples = parse(&python, root, &scrape);
-        if value(&samples, "firstword_replies_beside_count", &[]) >= 2.0 || Instant::now() > deadline {
-            break (scrape, samples);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (scrape, samples) =
+        scrape_until(&base, &python, |samples| value(samples, "firstword_replies_beside_count", &[]) >= 2.0).await;
     let get = |name: &str, labels: &[(&str, &str)]| value(&samples, name, labels);
     assert_eq!(get("firstword_lane_requests_total", &[]), 1.0, "{scrape}");
     assert_eq!(get("firstword_lanes_running", &[]), 0.0, "{scrape}");
