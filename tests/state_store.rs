@@ -169,8 +169,16 @@ fn two_conversations_sharing_the_system_prompt_keep_their_own_turns() {
     let min_save = config.cache_min_tokens;
     let engine = Engine::start(config).expect("model loads");
     let system = long_system_prompt(1200);
-    let mut a = Conversation::new(&system, "Which facts mention trains? Answer in two sentences.");
-    let mut b = Conversation::new(&system, "Turn on the office light, please, and say what you did.");
+    // Own turns of some 40 tokens and 24-token replies: a loss well past the restore margin
+    // (and the copy's cost on this CPU), well short of cache_min_tokens.
+    let mut a = Conversation::new(
+        &system,
+        "Which of these facts mention trains, stations or railways? Answer in two short sentences, please, and name them.",
+    );
+    let mut b = Conversation::new(
+        &system,
+        "Turn on the office light and the desk lamp, please, then tell me in one sentence which lights are on now.",
+    );
     let (_, a1) = a.turn(&engine, 24, "And gardens?");
     let (_, b1) = b.turn(&engine, 24, "And the kitchen?");
     assert!(b1.cached_tokens > 800, "B shares A's system prompt: {b1:?}");

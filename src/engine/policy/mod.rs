@@ -187,7 +187,7 @@ pub(crate) fn plan_prompt(
     let save_live = stores.ram.is_some()
         && !forgotten
         && live.tokens.len() >= rules.min_save
-        && live.tokens.len() - kept >= least_loss_saved(live, prompt, rules.min_save);
+        && live.tokens.len() - kept >= least_loss_saved(live, prompt, rules);
 
     match restore {
         Some((source, entry, reusable)) => {
@@ -212,18 +212,19 @@ pub(crate) fn plan_prompt(
 
 /// The fewest tokens a displaced live sequence must lose to be saved. A prompt that leaves it
 /// before its last reply began (by more than [`NEXT_TURN_SLACK`]) is another conversation, or
-/// an earlier turn edited: the displaced one may come back, and saving it pays as soon as a
-/// restore would be chosen for it ([`RAM_RESTORE_MARGIN`]) — two conversations that share a
-/// long system prompt each lose only their own turns. A prompt that leaves it inside or at
+/// an earlier turn edited: the displaced one may come back, and saving it pays once the loss
+/// outweighs copying its state out and back ([`RestoreCosts::switch_margin`], never under the
+/// RAM margin) — two conversations that share a long system prompt each lose only their own
+/// turns. A prompt that leaves it inside or at
 /// the reply (the next turn, a barge-in's cut) moves the same conversation on: only a loss of
 /// `min_save` is kept, so a cut reply tail does not cost a copy on the way to the first token.
-pub(crate) fn least_loss_saved(live: LiveView<'_>, prompt: &[LlamaToken], min_save: usize) -> usize {
+pub(crate) fn least_loss_saved(live: LiveView<'_>, prompt: &[LlamaToken], rules: Rules) -> usize {
     let parted = common_prefix_len(live.tokens, prompt);
     let another = live.reply_start.is_some_and(|start| parted + NEXT_TURN_SLACK < start);
     if another {
-        min_save.min(RAM_RESTORE_MARGIN)
+        rules.min_save.min(rules.costs.switch_margin(live.tokens.len()))
     } else {
-        min_save
+        rules.min_save
     }
 }
 
@@ -376,23 +377,36 @@ pub(crate) fn plan_evaluation(
     }
 }
 
-/// Measured costs that decide when a disk file is worth reading: reading, verifying and
-/// restoring a file against prefilling the tokens it holds. Starts from conservative guesses
-/// and follows the engine's own measurements (at load and at each restore or prefill).
+/// Measured costs that decide when a disk file is worth reading (reading, verifying and
+/// restoring a file against prefilling the tokens it holds) and when a displaced conversation
+/// is worth copying to RAM ([`RestoreCosts::switch_margin`]). Starts from conservative guesses
+/// and follows the engine's own measurements (at load and at each save, restore or prefill).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct RestoreCosts {
     /// Seconds to read, verify and restore one MiB of a file.
     pub(crate) disk_secs_per_mib: f64,
     /// Seconds to prefill one prompt token.
     pub(crate) prefill_secs_per_token: f64,
-    /// Whether each figure is measured yet (the first measurement replaces the guess).
-    measured: (bool, bool),
+    /// Seconds to copy one MiB of state to or from the RAM store (a save or a restore).
+    ram_secs_per_mib: f64,
+    /// Bytes of state per token held, as the saves measured it.
+    bytes_per_token: f64,
+    /// Whether each figure is measured yet (the first measurement replaces the guess): disk,
+    /// prefill, RAM copies.
+    measured: (bool, bool, bool),
 }
 
 impl Default for RestoreCosts {
-    /// Guesses until measured: 2 ms per MiB (a fast SSD and the checksum), 1 ms per token.
+    /// Guesses until measured: 2 ms per MiB (a fast SSD and the checksum), 1 ms per token; no
+    /// guess for RAM copies (the switch margin is the RAM margin until one is measured).
     fn default() -> Self {
-        Self { disk_secs_per_mib: 0.002, prefill_secs_per_token: 0.001, measured: (false, false) }
+        Self {
+            disk_secs_per_mib: 0.002,
+            prefill_secs_per_token: 0.001,
+            ram_secs_per_mib: 0.0,
+            bytes_per_token: 0.0,
+            measured: (false, false, false),
+        }
     }
 }
 
@@ -407,6 +421,33 @@ impl RestoreCosts {
         let restore_secs = self.disk_secs_per_mib * bytes as f64 / f64::from(1u32 << 20);
         let tokens = (restore_secs / self.prefill_secs_per_token.max(1e-9)).ceil();
         (tokens.min(1e9) as usize).max(RAM_RESTORE_MARGIN)
+    }
+
+    /// The fewest tokens a conversation another one displaces must lose for saving it to pay:
+    /// the tokens that could be prefilled in the time its state of `tokens` takes to copy out
+    /// now and back in later, never fewer than the RAM margin. On a CPU a small model's copy
+    /// costs a few prompt tokens (the margin); on a GPU a large model's state can take longer to
+    /// copy than a few hundred tokens take to prefill.
+    pub(crate) fn switch_margin(&self, tokens: usize) -> usize {
+        if !self.measured.2 {
+            return RAM_RESTORE_MARGIN;
+        }
+        let mib = self.bytes_per_token * tokens as f64 / f64::from(1u32 << 20);
+        let copy_secs = 2.0 * self.ram_secs_per_mib * mib;
+        let tokens = (copy_secs / self.prefill_secs_per_token.max(1e-9)).ceil();
+        (tokens.min(1e9) as usize).max(RAM_RESTORE_MARGIN)
+    }
+
+    /// Records a copy of a RAM state of `bytes` holding `tokens` (a save or a restore) that
+    /// took `secs`.
+    pub(crate) fn record_ram(&mut self, bytes: usize, tokens: usize, secs: f64) {
+        if bytes >= 1 << 20 && tokens > 0 && secs.is_finite() && secs > 0.0 {
+            let per_mib = secs / (bytes as f64 / f64::from(1u32 << 20));
+            let per_token = bytes as f64 / tokens as f64;
+            let first = !self.measured.2;
+            self.ram_secs_per_mib = average(self.ram_secs_per_mib, per_mib, &mut self.measured.2);
+            self.bytes_per_token = if first { per_token } else { blend(self.bytes_per_token, per_token) };
+        }
     }
 
     /// Records a disk restore of `bytes` that took `secs`.
@@ -431,5 +472,10 @@ fn average(old: f64, new: f64, measured: &mut bool) -> f64 {
     if !std::mem::replace(measured, true) {
         return new;
     }
+    blend(old, new)
+}
+
+/// `old` moved toward `new` by the newest measurement's weight.
+fn blend(old: f64, new: f64) -> f64 {
     old * (1.0 - RestoreCosts::NEWEST_WEIGHT) + new * RestoreCosts::NEWEST_WEIGHT
 }

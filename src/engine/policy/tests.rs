@@ -81,6 +81,32 @@ fn a_conversation_sharing_the_system_prompt_is_saved_when_another_displaces_it()
 }
 
 #[test]
+fn the_switch_margin_follows_measured_copy_costs() {
+    assert_eq!(RestoreCosts::default().switch_margin(100_000), RAM_RESTORE_MARGIN, "nothing measured yet");
+    // SmolLM2 on this CPU: 23 KB a token, ~1 ms a MiB copied, ~5 ms a prompt token.
+    let mut cpu = RestoreCosts::default();
+    cpu.record_prefill(100, 0.5);
+    cpu.record_ram(48 << 20, 2100, 0.048);
+    assert_eq!(cpu.switch_margin(2100), RAM_RESTORE_MARGIN, "the copy costs ~20 prompt tokens");
+    // A large model on a GPU: 128 KiB a token, 0.1 ms a MiB, 0.5 ms a prompt token: a 6K-token
+    // state (768 MiB) takes ~154 ms out and back, the time of ~308 prompt tokens.
+    let mut gpu = RestoreCosts::default();
+    gpu.record_prefill(1000, 0.5);
+    gpu.record_ram(768 << 20, 6144, 0.0768);
+    assert!((300..=320).contains(&gpu.switch_margin(6144)), "{}", gpu.switch_margin(6144));
+    // There another conversation displacing 100 of its 6,144 tokens is not worth a copy.
+    let system = run(0, 6000);
+    let b = [system.clone(), run(50_000, 44), run(60_000, 100)].concat();
+    let b_live = LiveView { reply_start: Some(6044), ..live(&b) };
+    let a = [system, run(70_000, 30)].concat();
+    let on = Stores { ram: Some(Vec::new()), ..Stores::default() };
+    let cheap = plan_prompt(ATTENTION, b_live, &on, &a, Derivation::AsSent, Rules { min_save: 256, costs: cpu });
+    assert!(cheap.save_live, "{cheap:?}");
+    let dear = plan_prompt(ATTENTION, b_live, &on, &a, Derivation::AsSent, Rules { min_save: 256, costs: gpu });
+    assert!(!dear.save_live, "{dear:?}");
+}
+
+#[test]
 fn an_entry_must_spare_the_margin_more_than_the_live_sequence() {
     let shared = run(0, 100);
     let held = [shared.clone(), run(7000, 50)].concat();

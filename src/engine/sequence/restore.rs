@@ -53,6 +53,9 @@ impl LiveSequence<'_> {
                 let started = Instant::now();
                 displaced = self.decoder.save().map(|state| (self.cached.clone(), state));
                 save = Some(started.elapsed());
+                if let Some((held, state)) = &displaced {
+                    self.costs.record_ram(state.byte_len(), held.len(), started.elapsed().as_secs_f64());
+                }
             }
             let mut attempted = Reuse {
                 keep: plan.keep,
@@ -174,6 +177,7 @@ impl LiveSequence<'_> {
             CacheEntryKind::Snapshot => CacheSource::Ram,
             CacheEntryKind::Checkpoint => CacheSource::Checkpoint,
         };
+        self.costs.record_ram(state.byte_len(), self.cached.len(), started.elapsed().as_secs_f64());
         self.restored(tokens, source, state.byte_len(), started.elapsed(), reuse);
         Restore::Done
     }
