@@ -378,10 +378,10 @@ fn ollama_body(message: &str) -> String {
 }
 
 impl IntoResponse for OllamaError {
+    /// The error's answer; [`ollama_error_shape`], around every route, writes its body in
+    /// Ollama's shape (as for any error under `/api/`).
     fn into_response(self) -> Response {
-        let mut response = self.0.clone().into_response();
-        *response.body_mut() = axum::body::Body::from(self.to_json());
-        response
+        self.0.into_response()
     }
 }
 

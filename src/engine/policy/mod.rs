@@ -215,9 +215,9 @@ pub(crate) fn plan_prompt(
 /// an earlier turn edited: the displaced one may come back, and saving it pays once the loss
 /// outweighs copying its state out and back ([`RestoreCosts::switch_margin`], never under the
 /// RAM margin) — two conversations that share a long system prompt each lose only their own
-/// turns. A prompt that leaves it inside or at
-/// the reply (the next turn, a barge-in's cut) moves the same conversation on: only a loss of
-/// `min_save` is kept, so a cut reply tail does not cost a copy on the way to the first token.
+/// turns. A prompt that leaves it inside or at the reply (the next turn, a barge-in's cut)
+/// moves the same conversation on: only a loss of `min_save` is kept, so a cut reply tail does
+/// not cost a copy on the way to the first token.
 pub(crate) fn least_loss_saved(live: LiveView<'_>, prompt: &[LlamaToken], rules: Rules) -> usize {
     let parted = common_prefix_len(live.tokens, prompt);
     let another = live.reply_start.is_some_and(|start| parted + NEXT_TURN_SLACK < start);

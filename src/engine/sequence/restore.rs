@@ -52,9 +52,10 @@ impl LiveSequence<'_> {
             if plan.save_live && attempt == 0 {
                 let started = Instant::now();
                 displaced = self.decoder.save().map(|state| (self.cached.clone(), state));
-                save = Some(started.elapsed());
+                let took = started.elapsed();
+                save = Some(took);
                 if let Some((held, state)) = &displaced {
-                    self.costs.record_ram(state.byte_len(), held.len(), started.elapsed().as_secs_f64());
+                    self.costs.record_ram(state.byte_len(), held.len(), took.as_secs_f64());
                 }
             }
             let mut attempted = Reuse {
