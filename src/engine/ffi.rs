@@ -3,7 +3,7 @@
 //! RAM and writes them to disk; `llama-cpp-2`'s safe `SeqState` cannot be written), and what
 //! llama.cpp chose for an `auto` flash-attention policy (read from its log), and the threads a
 //! context computes with, and the check that stops a reply's decode step midway once its client
-//! has left.
+//! has left, and the hook that runs when the process exits.
 #![allow(unsafe_code)]
 
 use std::sync::Arc;
@@ -276,6 +276,17 @@ pub(crate) fn flash_attention_choice(message: &[u8]) -> Option<bool> {
     } else {
         None
     }
+}
+
+/// Has `hook` run when the process exits (the C library's `atexit`), before the destructors of
+/// the static objects llama.cpp constructed until now. False if the C library had no room.
+pub(crate) fn at_process_exit(hook: extern "C" fn()) -> bool {
+    extern "C" {
+        fn atexit(hook: extern "C" fn()) -> std::os::raw::c_int;
+    }
+    // SAFETY: `atexit` only stores the pointer; `hook` is a function, valid for the whole run,
+    // and as an `extern "C" fn` it cannot unwind into the C library (a panic aborts).
+    unsafe { atexit(hook) == 0 }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ mod config;
 mod decoder;
 mod disk;
 mod error;
+mod exit;
 mod ffi;
 mod handles;
 mod llama_log;
@@ -195,6 +196,26 @@ struct Signals {
     threads: Arc<threads::PublishedThreads>,
 }
 
+impl Shared {
+    /// Joins the inference thread if it ends by `deadline` (polled: a join cannot time out);
+    /// leaves it running otherwise, and when called on it.
+    fn join_worker_by(&self, deadline: std::time::Instant) {
+        let mut worker = self.worker.lock();
+        let Some(handle) = worker.as_ref() else { return };
+        if handle.thread().id() == std::thread::current().id() {
+            return;
+        }
+        while !handle.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if handle.is_finished() {
+            if let Some(handle) = worker.take() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
 impl Drop for Shared {
     /// The last handle is gone: stop the inference thread and wait for it, so llama.cpp is idle
     /// (and its memory freed) before the caller goes on, e.g. to exit the process.
@@ -251,6 +272,9 @@ impl Engine {
             .spawn(move || {
                 let report = move |result: Result<worker::Ready, EngineError>| {
                     if let Some(shared) = reporter.upgrade() {
+                        if result.is_ok() {
+                            exit::hook_after_load();
+                        }
                         *shared.state.lock() = match result {
                             Ok((info, chat, tokenizer, media)) => {
                                 LoadState::Ready(Arc::new(Loaded { info, chat, tokenizer, media }))
@@ -276,6 +300,7 @@ impl Engine {
             })
             .expect("spawn the inference thread");
         *shared.worker.lock() = Some(worker);
+        exit::track(&shared);
         Self { shared }
     }
 

@@ -52,7 +52,7 @@ pub(crate) use faults::panic_message;
 
 /// How long a shutdown waits for the disk cache's files: within the 10 s container runtimes
 /// give before they kill, after open responses had their grace.
-const SHUTDOWN_WRITE_LIMIT: Duration = Duration::from_secs(5);
+pub(super) const SHUTDOWN_WRITE_LIMIT: Duration = Duration::from_secs(5);
 
 /// The tokens kept for an answer that must match a grammar whose shortest text cannot be
 /// worked out (a grammar firstword did not write).
