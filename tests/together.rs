@@ -19,6 +19,11 @@ use std::time::Instant;
 use common::{gemma3_path, generate, smollm2_path, test_config, Generated};
 use firstword::{ChatMessage, Engine, EngineConfig, Event, GenerationRequest, Prompt, SamplingParams};
 
+/// How far a log-probability computed beside other conversations' kept cells may be from the
+/// same computed alone: rounding, not state (in the test below they come out identical; where
+/// the rounding differs it moves them by far less than this).
+const KEPT_LOGPROB_TOLERANCE: f32 = 0.05;
+
 /// Settings of both engines: three sequences, one thread, fixed.
 fn config(model: PathBuf) -> EngineConfig {
     EngineConfig { threads: 1, threads_batch: 1, fixed_threads: true, parallel: 3, ..test_config(model) }
@@ -163,42 +168,108 @@ fn a_client_that_leaves_frees_its_lane_and_the_streaming_reply_goes_on() {
     assert!(c.usage.completion_tokens > 0);
 }
 
-/// A conversation set aside in the RAM store continues in a lane: B's first turn is served
-/// alone, A's long reply then takes the live sequence (B's conversation goes to the store),
-/// and B's second turn, sent while A streams, restores it into its lane. Its reply is the one
-/// the same two turns give served one after the other on a fresh engine (where the second
-/// continues the first in the live sequence: the same tokens, the same splits).
+/// B's two turns and what A asks in between, as requests.
+struct OfficeTurns {
+    system: String,
+}
+
+impl OfficeTurns {
+    const FIRST: &'static str =
+        "I am in the office. It is getting dark outside and I can barely read the papers on my \
+                                 desk, so please turn on the office light and tell me when it is done.";
+
+    fn first(&self) -> GenerationRequest {
+        request(&self.system, Self::FIRST, 24, &[])
+    }
+
+    fn second(&self, reply: &str) -> GenerationRequest {
+        GenerationRequest {
+            prompt: Prompt::chat(
+                vec![
+                    ChatMessage::system(&self.system),
+                    ChatMessage::user(Self::FIRST),
+                    ChatMessage::assistant(reply),
+                    ChatMessage::user("Thanks. Now the kitchen light, please."),
+                ],
+                Vec::new(),
+            ),
+            ..request(&self.system, "", 24, &[])
+        }
+    }
+
+    fn story(&self, banned: &[i32]) -> GenerationRequest {
+        request(&self.system, "Tell me a long story about a dragon in a kitchen.", 160, banned)
+    }
+}
+
+/// B's first turn alone, then A's long reply (which displaces B from the live sequence), and
+/// B's second turn sent while A streams; B's second turn and how it ended against A's end.
+fn second_turn_beside_a_story(engine: &Engine, turns: &OfficeTurns, reply: &str) -> (Generated, bool) {
+    assert_eq!(generate(engine, turns.first()).text, reply);
+    let banned = token_ids(engine, &["<|im_end|>", "<|endoftext|>"]);
+    let a = streaming(engine, turns.story(&banned));
+    let (b, b_ended) = read(engine.submit(turns.second(reply)).expect("submitted"), None);
+    let (_, a_ended) = a.join().expect("reader");
+    (b, b_ended < a_ended)
+}
+
+/// A conversation A displaced from the live sequence stays in its cells, kept under a sequence
+/// of its own, and its next turn, sent while A streams, continues it there: nothing restored,
+/// its whole first turn reused, in a context too small for a copy of it beside A (a restore
+/// writes every cell anew; the kept cells share the system prompt with A's). Its reply is the
+/// one the same two turns give served one after the other on a fresh engine.
+#[test]
+fn a_lane_continues_a_conversation_kept_in_its_cells_where_a_copy_would_not_fit() {
+    let turns = OfficeTurns { system: common::long_system_prompt(900) };
+    // A conversation that loses fewer tokens than this when displaced is not saved.
+    let base = EngineConfig { cache_min_tokens: 32, ..config(smollm2_path()) };
+    let alone = Engine::start(base.clone()).expect("the model loads");
+    let reply = generate(&alone, turns.first()).text;
+    let expected = generate(&alone, turns.second(&reply));
+    let probe = GenerationRequest { max_tokens: Some(1), ..turns.story(&[]) };
+    let story_prompt = generate(&alone, probe).usage.prompt_tokens as usize;
+    drop(alone);
+
+    // A's prompt and reply, and B's own turns, fit; B's whole conversation copied beside A
+    // would not.
+    let b_prompt = expected.usage.prompt_tokens as usize;
+    let ctx = (story_prompt + 160 + b_prompt + 24).div_ceil(256) * 256 - 256;
+    let engine = Engine::start(EngineConfig { ctx_size: Some(ctx as u32), ..base }).expect("the model loads");
+    let n_ctx = engine.model_info().expect("loaded").n_ctx as usize;
+    assert!(story_prompt + 160 + b_prompt + 24 > n_ctx, "a copy of B does not fit beside A: {n_ctx}");
+    let (b, ended_first) = second_turn_beside_a_story(&engine, &turns, &reply);
+    let cache = b.timings.cache;
+    eprintln!("{cache:?} {:?}\nbeside A {:?}\nalone    {:?}", b.timings.shared, b.text, expected.text);
+    assert!(ended_first, "B's second turn ended while A streamed");
+    assert_eq!(cache.source, firstword::CacheSource::Kept, "{cache:?}");
+    assert_eq!(cache.restore, None, "nothing was copied");
+    assert_eq!(b.usage.cached_tokens, expected.usage.cached_tokens, "the same split as alone");
+    assert_eq!(b.text, expected.text, "the reply the conversation gives alone");
+    assert!(b.timings.shared.is_some(), "it was served beside A");
+}
+
+/// With no sequence to keep it in (one beside the live one, taken by a third conversation
+/// kept later), a conversation set aside in the RAM store continues in a lane from there: B's
+/// first turn, C's (B kept), A's long reply (C kept in B's place), then B's second turn sent
+/// while A streams restores B into its lane.
 #[test]
 fn a_lane_continues_a_conversation_from_the_ram_store() {
-    let system = common::long_system_prompt(400);
-    let first = "I am in the office. It is getting dark outside and I can barely read the papers on my desk, \
-                 so please turn on the office light and tell me when it is done.";
-    let turn = |engine: &Engine| generate(engine, request(&system, first, 24, &[]));
-    let second_turn = |reply: &str| GenerationRequest {
-        prompt: Prompt::chat(
-            vec![
-                ChatMessage::system(&system),
-                ChatMessage::user(first),
-                ChatMessage::assistant(reply),
-                ChatMessage::user("Thanks. Now the kitchen light, please."),
-            ],
-            Vec::new(),
-        ),
-        ..request(&system, "", 24, &[])
-    };
-
-    // A conversation that loses fewer tokens than this when displaced is not saved.
-    let config = EngineConfig { cache_min_tokens: 32, ..config(smollm2_path()) };
+    let turns = OfficeTurns { system: common::long_system_prompt(400) };
+    let config = EngineConfig { cache_min_tokens: 32, parallel: 2, ..config(smollm2_path()) };
     let alone = Engine::start(config.clone()).expect("the model loads");
-    let reply = turn(&alone).text;
-    let expected = generate(&alone, second_turn(&reply));
+    let reply = generate(&alone, turns.first()).text;
+    let expected = generate(&alone, turns.second(&reply));
     drop(alone);
 
     let engine = Engine::start(config).expect("the model loads");
-    assert_eq!(turn(&engine).text, reply);
+    assert_eq!(generate(&engine, turns.first()).text, reply);
+    // Its own turn is long enough to be worth saving and keeping when A displaces it.
+    let c = "We are planning a trip through France next spring with two children and a dog, and we \
+             want to see the capital first. What is the capital of France? Answer in one short sentence.";
+    generate(&engine, request(&turns.system, c, 24, &[]));
     let banned = token_ids(&engine, &["<|im_end|>", "<|endoftext|>"]);
-    let a = streaming(&engine, request(&system, "Tell me a long story about a dragon in a kitchen.", 160, &banned));
-    let (b, b_ended) = read(engine.submit(second_turn(&reply)).expect("submitted"), None);
+    let a = streaming(&engine, turns.story(&banned));
+    let (b, b_ended) = read(engine.submit(turns.second(&reply)).expect("submitted"), None);
     let (_, a_ended) = a.join().expect("reader");
     let cache = b.timings.cache;
     eprintln!("{cache:?} {:?}\nbeside A {:?}\nalone    {:?}", b.timings.shared, b.text, expected.text);
@@ -252,4 +323,91 @@ fn a_prefix_the_window_no_longer_covers_is_not_reckoned_as_shared() {
     assert!(b_ended > a_ended, "B waited for A");
     assert_eq!(b.timings.shared, None, "B was served alone after A");
     assert_eq!(engine.cache_status().lanes.served, 0);
+}
+
+/// X's first turn, another conversation's turn (the same system prompt, another question: it
+/// displaces X), X's second turn's first token: its cache report and the log-probabilities of
+/// the likeliest five tokens there.
+fn second_turn_after_another(engine: &Engine, system: &str) -> (firstword::CacheReport, u32, Vec<(i32, f32)>) {
+    let first = vec![ChatMessage::system(system), ChatMessage::user("Which facts mention trains or stations?")];
+    let chat = |messages: Vec<ChatMessage>, max_tokens| GenerationRequest {
+        prompt: Prompt::chat(messages, Vec::new()),
+        ..request(system, "", max_tokens, &[])
+    };
+    let reply = generate(engine, chat(first.clone(), 24)).text;
+    generate(engine, chat(vec![ChatMessage::system(system), ChatMessage::user("Turn on the office light.")], 16));
+    let mut second = first;
+    second.push(ChatMessage::assistant(reply));
+    second.push(ChatMessage::user("Thanks. And gardens, in one sentence?"));
+    let mut generation = engine.submit(GenerationRequest { logprobs: Some(5), ..chat(second, 1) }).expect("submitted");
+    let mut top = Vec::new();
+    while let Some(event) = generation.next_blocking() {
+        match event {
+            Event::Logprobs(tokens) => {
+                top = tokens[0].top.iter().map(|candidate| (candidate.token, candidate.logprob)).collect();
+            }
+            Event::Finished { usage, timings, .. } => return (timings.cache, usage.cached_tokens, top),
+            Event::Failed(e) => panic!("generation failed: {e}"),
+            Event::Started { .. } | Event::Text(_) => {}
+        }
+    }
+    panic!("no Finished event");
+}
+
+/// Between requests, sequence 0 continues a kept conversation where its cells are: X, whom
+/// another conversation displaced, gets its cells back for its next turn (what the other one
+/// held is kept in turn), nothing copied. The state is X's own: the next token's distribution
+/// is the one X's copy restored into an empty cache gives (a one-sequence engine, which is a
+/// fresh context's, tests/state_store.rs), to within the rounding of llama.cpp's kernels, whose
+/// sums follow the cells in use (the other conversation's kept cells among them; how often that
+/// tips a greedy reply is measured in docs/serving.md). A wrong state (another conversation's
+/// cells, a cut in the wrong place) moves these log-probabilities by whole units.
+#[test]
+fn sequence_0_continues_a_conversation_kept_in_its_cells() {
+    let system = common::long_system_prompt(800);
+    let config = EngineConfig { cache_min_tokens: 32, ..config(smollm2_path()) };
+    let restored = Engine::start(EngineConfig { parallel: 1, ..config.clone() }).expect("the model loads");
+    let (restored_cache, restored_cached, expected) = second_turn_after_another(&restored, &system);
+    assert_eq!(restored_cache.source, firstword::CacheSource::Ram, "{restored_cache:?}");
+    drop(restored);
+
+    let engine = Engine::start(config).expect("the model loads");
+    let (cache, cached, top) = second_turn_after_another(&engine, &system);
+    eprintln!("{cache:?}\nkept     {top:?}\nrestored {expected:?}");
+    assert_eq!(cache.source, firstword::CacheSource::Kept, "{cache:?}");
+    assert_eq!(cache.restore, None, "nothing was copied");
+    assert_eq!(cached, restored_cached, "the same split");
+    assert_eq!(engine.cache_status().lanes.kept, 1, "the other conversation is kept in turn");
+    assert_eq!(top.len(), 5);
+    for (token, logprob) in &expected {
+        let kept = top.iter().find(|(t, _)| t == token).map(|&(_, l)| l);
+        assert!(
+            kept.is_some_and(|kept| (kept - logprob).abs() < KEPT_LOGPROB_TOLERANCE),
+            "{token}: {kept:?} against {logprob}"
+        );
+    }
+}
+
+/// Kept conversations give their cells up, the oldest first, to a prompt of sequence 0 that
+/// needs them: here X and Y (nothing shared, some 1,500 cells each) are kept when Z's 2,600
+/// tokens come, which do not fit the 4,096 cells beside both; Z is served in full, and X's next
+/// turn is restored from the RAM store, which kept its copy.
+#[test]
+fn kept_conversations_give_their_cells_up_to_a_prompt_that_needs_them() {
+    let config = EngineConfig { cache_min_tokens: 32, ..config(smollm2_path()) };
+    let engine = Engine::start(config).expect("the model loads");
+    let notes = |title: &str, tokens: usize| format!("{title}\n{}", common::long_system_prompt(tokens));
+    let x_system = notes("Railway notes.", 1400);
+    let x_first = request(&x_system, "Which facts mention trains?", 16, &[]);
+    let x = generate(&engine, x_first);
+    let y = generate(&engine, request(&notes("Garden notes.", 1400), "Which facts mention roses?", 16, &[]));
+    assert!(x.usage.prompt_tokens > 1300 && y.usage.cached_tokens < 50, "{:?} {:?}", x.usage, y.usage);
+    let z = generate(&engine, request(&notes("Harbour notes.", 2600), "Which facts mention ships?", 64, &[]));
+    assert!(z.usage.prompt_tokens + x.usage.prompt_tokens + y.usage.prompt_tokens > 4096, "{:?}", z.usage);
+    assert_eq!(z.usage.completion_tokens, 64, "Z was served in full: {:?}", z.usage);
+    let status = engine.cache_status();
+    assert!(status.lanes.kept < 2, "kept conversations gave their cells up: {:?}", status.lanes);
+    let x_again = generate(&engine, request(&x_system, "Which facts mention trains?", 16, &[]));
+    assert_eq!(x_again.timings.cache.source, firstword::CacheSource::Ram, "{:?}", x_again.timings.cache);
+    assert_eq!(x_again.usage.cached_tokens + 1, x_again.usage.prompt_tokens, "{:?}", x_again.usage);
 }

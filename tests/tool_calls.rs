@@ -10,10 +10,20 @@ use common::tools::{
     forced_calls_always_validate, json_schema_replies_validate, request, streamed_calls_match_the_answer,
     tool_definitions, tools, REQUESTS,
 };
-use common::{exclusive_server, post, stream_chunks};
+use common::{post, smollm2_path, stream_chunks, test_config, ServerLock, SharedServer, TestServer};
 use firstword::chat::ToolCall;
 use firstword::{ChatMessage, Prompt, Role};
 use serde_json::{json, Value};
+
+/// The SmolLM2 server of this file, one test at a time, with one sequence: a streamed answer is
+/// compared with the same request answered before, token for token, and with several sequences
+/// the conversations of earlier tests stay kept in their cells, whose places change llama.cpp's
+/// sums between the two (docs/serving.md).
+async fn exclusive_server() -> (ServerLock, &'static TestServer) {
+    static SMOLLM2: SharedServer =
+        SharedServer::configured(|| firstword::EngineConfig { parallel: 1, ..test_config(smollm2_path()) });
+    SMOLLM2.exclusive().await
+}
 
 #[tokio::test]
 async fn smollm2_forced_calls_always_parse_and_validate() {

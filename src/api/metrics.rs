@@ -92,6 +92,7 @@ pub(super) struct Metrics {
     live_tokens: Gauge,
     parked_generations: Family<ParkingLabels, Counter>,
     lanes_running: Gauge,
+    kept_conversations: Gauge,
     lane_requests: Counter,
     replies_beside: Histogram,
     threads: Family<ThreadLabels, Gauge>,
@@ -123,6 +124,7 @@ impl Metrics {
             live_tokens: Gauge::default(),
             parked_generations: Family::default(),
             lanes_running: Gauge::default(),
+            kept_conversations: Gauge::default(),
             lane_requests: Counter::default(),
             replies_beside: Histogram::new(BESIDE_BUCKETS),
             threads: Family::default(),
@@ -180,6 +182,11 @@ impl Metrics {
             "lanes_running",
             "Requests served beside the live sequence's reply now, each in a sequence of its own (--parallel)",
             metrics.lanes_running.clone(),
+        );
+        registry.register(
+            "kept_conversations",
+            "Conversations kept in their KV cells under a sequence of their own, continued with nothing restored (--parallel)",
+            metrics.kept_conversations.clone(),
         );
         registry.register(
             "lane_requests",
@@ -307,6 +314,7 @@ pub(super) async fn metrics(State(state): State<Arc<AppState>>) -> Result<Respon
         counter.inner().fetch_max(count, std::sync::atomic::Ordering::Relaxed);
     }
     metrics.lanes_running.set(i64::from(cache.lanes.running));
+    metrics.kept_conversations.set(i64::from(cache.lanes.kept));
     metrics.lane_requests.inner().fetch_max(cache.lanes.served, std::sync::atomic::Ordering::Relaxed);
     if let Some(threads) = state.engine.threads() {
         metrics.threads.get_or_create(&ThreadLabels { kind: "generation" }).set(i64::from(threads.counts.generation));

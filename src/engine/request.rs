@@ -202,6 +202,9 @@ pub struct ReplyCut {
 pub enum CacheSource {
     /// The live sequence (the previous request's cache).
     Live,
+    /// Another conversation's cells kept in the context under a sequence of their own
+    /// (`--parallel`): continued where they are, nothing copied.
+    Kept,
     /// A snapshot of another sequence, restored from the RAM store.
     Ram,
     /// A checkpoint of an earlier prompt, restored from the RAM store.
@@ -269,6 +272,7 @@ impl CacheSource {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Live => "live",
+            Self::Kept => "kept",
             Self::Ram => "ram",
             Self::Checkpoint => "checkpoint",
             Self::Disk => "disk",
@@ -308,6 +312,9 @@ pub struct LaneCounts {
     pub running: u32,
     /// Requests served to their end in a lane since start.
     pub served: u64,
+    /// Conversations kept in their cells under a sequence of their own, for a next turn that
+    /// continues them with nothing restored.
+    pub kept: u32,
 }
 
 /// What became of parked generations (a prefill's pregenerated tokens, the reply of a client

@@ -56,6 +56,11 @@ impl Decoder<'_> {
         self.target_mut().kv_cache_seq_cp(from, to, Some(0), Some(upto as u32)).is_ok()
     }
 
+    /// Drops sequence `seq`'s positions from `keep` on (a kept sequence a lane continues).
+    pub(crate) fn cut_sequence(&mut self, seq: i32, keep: usize) -> bool {
+        self.target_mut().kv_cache_seq_rm(seq, Some(keep as u32), None).is_ok()
+    }
+
     /// Drops every cell of sequence `seq` (a lane's; never sequence 0's, see [`Self::clear`]).
     pub(crate) fn drop_sequence(&mut self, seq: i32) {
         let ctx = self.target_mut();

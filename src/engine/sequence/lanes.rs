@@ -8,13 +8,15 @@
 //! A prompt chunk is decoded in a call of its own, never in the batch of a reply's token: a
 //! reply's numbers then never depend on a prompt evaluated beside it (llama.cpp's kernels sum
 //! a token's products differently in a large batch; see docs/serving.md). A lane that ends
-//! leaves its conversation in the RAM store for its next turn, and its sequence free.
+//! leaves its conversation in the RAM store for its next turn, and in its cells, kept
+//! ([`super::kept`]), until they or its sequence are needed.
 
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::kept::Kept;
 use super::LiveSequence;
 use crate::engine::decoder::SharedPart;
 use crate::engine::policy;
@@ -37,7 +39,7 @@ pub(crate) const SPEECH_FLOOR: Duration = Duration::from_millis(83);
 const MIN_PROMPT_CHUNK: u32 = 16;
 
 /// The sequence of the live sequence (the one the cache policy, the store and the disk serve).
-const HOME: SeqId = 0;
+pub(super) const HOME: SeqId = 0;
 
 /// What a lane calls with its reply's text before the client has it.
 pub(crate) type Remember<'m> = Box<dyn FnOnce(&str) + 'm>;
@@ -104,8 +106,14 @@ impl Lane<'_> {
 /// The lanes of the live sequence's context.
 pub(crate) struct Lanes<'m> {
     lanes: Vec<Lane<'m>>,
-    /// Sequences no lane holds.
-    free: Vec<SeqId>,
+    /// Sequences no lane holds and nothing is kept in.
+    pub(super) free: Vec<SeqId>,
+    /// Conversations kept in their cells ([`super::kept`]).
+    pub(super) kept: Vec<Kept>,
+    /// Counts keeps and uses, for the kept sequences' age.
+    ticks: u64,
+    /// Sequences beside sequence 0.
+    pool: usize,
     /// What a step has been costing, measured.
     cost: StepCost,
     /// Tokens one decode takes.
@@ -127,6 +135,9 @@ impl<'m> Lanes<'m> {
         Self {
             lanes: Vec::new(),
             free: (1..n_seq_max as SeqId).rev().collect(),
+            kept: Vec::new(),
+            ticks: 0,
+            pool: n_seq_max.saturating_sub(1) as usize,
             cost: StepCost { per_step: Duration::from_millis(15), per_token: Duration::from_millis(1) },
             n_batch: n_batch as u32,
             home_last_token: None,
@@ -148,9 +159,20 @@ impl<'m> Lanes<'m> {
         self.home_last_token = Some(Instant::now());
     }
 
-    /// Whether a lane is free.
+    /// Whether a lane is free, or can be (a kept sequence dropped).
     pub(crate) fn open(&self) -> bool {
-        !self.free.is_empty()
+        !self.free.is_empty() || !self.kept.is_empty()
+    }
+
+    /// Sequences beside sequence 0.
+    pub(super) fn pool(&self) -> usize {
+        self.pool
+    }
+
+    /// The next count of keeps and uses.
+    pub(super) fn tick(&mut self) -> u64 {
+        self.ticks += 1;
+        self.ticks
     }
 
     /// Whether any lane is serving a request.
@@ -178,10 +200,14 @@ impl<'m> Lanes<'m> {
         self.lanes.iter().map(|lane| lane.reserve - lane.shared).sum()
     }
 
-    /// Sequence 0 was cut to `keep` positions: cells past it are the lanes' own now.
+    /// Sequence 0 was cut to `keep` positions: cells past it are the lanes' and the kept
+    /// sequences' own now.
     pub(crate) fn home_cut(&mut self, keep: usize) {
         for lane in &mut self.lanes {
             lane.shared = lane.shared.min(keep);
+        }
+        for kept in &mut self.kept {
+            kept.shared = kept.shared.min(keep);
         }
     }
 
@@ -230,10 +256,14 @@ impl<'m> LiveSequence<'m> {
     /// its cells are its own), its [`Event::Started`] sent. False, and nothing done, when no
     /// lane is free.
     pub(crate) fn admit_lane(&mut self, start: LaneStart<'m>, free: usize) -> bool {
-        let Some(seq) = self.lanes.free.pop() else { return false };
+        let source = self.longest_live_prefix(&start.prompt);
+        let from_kept = self.lanes.kept.iter().any(|kept| kept.seq == source.0);
+        let seq =
+            if from_kept { Some(source.0) } else { self.lanes.free.pop().or_else(|| self.drop_oldest_kept(None)) };
+        let Some(seq) = seq else { return false };
         let LaneStart { prompt, limit, reply, generating, events, in_reasoning, request, remember, admitted } = start;
         let reserve = prompt.len() + limit as usize;
-        let (keep, shared, cache) = self.lane_prefix(seq, &prompt, reserve <= free);
+        let (keep, shared, cache) = self.lane_prefix(seq, &prompt, source, reserve <= free);
         let started = Event::Started { prompt_tokens: prompt.len() as u32, cached_tokens: keep as u32, in_reasoning };
         tracing::debug!(seq, prompt = prompt.len(), reused = keep, source = ?cache.source, "a request takes a lane");
         let lane = Lane {
@@ -265,18 +295,30 @@ impl<'m> LiveSequence<'m> {
         true
     }
 
-    /// Makes lane `seq` hold the longest prefix of `prompt` that a live sequence holds (its
-    /// cells shared) or, with `may_restore` and by [`policy::restore_for_lane`]'s margin, a
+    /// Makes lane `seq` hold the longest prefix of `prompt` that a live sequence holds
+    /// (`source`: its cells shared, or, when `source` is the kept sequence `seq`, continued
+    /// where they are) or, with `may_restore` and by [`policy::restore_for_lane`]'s margin, a
     /// stored state (restored into the lane); returns the prefix's length, how much of it
     /// sequence 0's cells hold, and the cache report.
-    fn lane_prefix(&mut self, seq: SeqId, prompt: &[LlamaToken], may_restore: bool) -> (usize, usize, CacheReport) {
-        let source = self.longest_live_prefix(prompt);
+    fn lane_prefix(
+        &mut self,
+        seq: SeqId,
+        prompt: &[LlamaToken],
+        source: (SeqId, usize),
+        may_restore: bool,
+    ) -> (usize, usize, CacheReport) {
         let report = |source: CacheSource, keep: usize| CacheReport {
             source: if keep > 0 { source } else { CacheSource::None },
             reused: keep as u32,
             prefilled: (prompt.len() - keep) as u32,
             ..CacheReport::default()
         };
+        if source.0 == seq {
+            return match self.take_kept(seq, source.1) {
+                Some(shared) => (source.1, shared, report(CacheSource::Kept, source.1)),
+                None => (0, 0, report(CacheSource::None, 0)),
+            };
+        }
         if may_restore {
             if let Some((keep, mut cache)) = self.restore_into_lane(seq, prompt, source.1) {
                 cache.prefilled = (prompt.len() - keep) as u32;
@@ -290,7 +332,8 @@ impl<'m> LiveSequence<'m> {
     }
 
     /// The live sequence that holds the longest prefix of `prompt` a lane can share, and its
-    /// length (at most all but the last token): sequence 0's or a lane's, where the sequence's
+    /// length (at most all but the last token): sequence 0's, a lane's or a kept one's (which
+    /// a lane then takes over), where the sequence's
     /// sliding window still covers it (a sliding-window model's sequence that moved on no longer
     /// holds the window before an earlier position).
     pub(crate) fn longest_live_prefix(&self, prompt: &[LlamaToken]) -> (SeqId, usize) {
@@ -305,7 +348,10 @@ impl<'m> LiveSequence<'m> {
                 source = (lane.seq, held);
             }
         }
-        source
+        match self.longest_kept_prefix(prompt, most) {
+            Some(kept) if kept.1 > source.1 => kept,
+            _ => source,
+        }
     }
 
     /// Restores into lane `seq` the stored state that serves the most of `prompt`, when it
@@ -326,7 +372,11 @@ impl<'m> LiveSequence<'m> {
             Restored::Kept(entry) => (entry.tokens.clone(), entry.state.clone(), entry.kind),
         };
         let keep = usable.min(most);
-        if !self.decoder.restore_lane(seq, &state, held.len(), keep) {
+        // Kept sequences' cells may leave no room in one piece for the state: tried again
+        // without them.
+        let restored = self.decoder.restore_lane(seq, &state, held.len(), keep)
+            || (self.drop_all_kept() && self.decoder.restore_lane(seq, &state, held.len(), keep));
+        if !restored {
             if let (CacheEntryKind::Checkpoint, Some(store)) = (kind, self.store.as_mut()) {
                 store.discard(index);
             }
@@ -489,8 +539,8 @@ impl<'m> LiveSequence<'m> {
 
     /// Ends lane `seq`: its reply finished for `outcome`'s reason (answered, its conversation
     /// kept in the RAM store for its next turn), failed (answered with the error), or its
-    /// client left ([`EngineError::DecodeStopped`]: nothing to answer). Its sequence is free
-    /// again.
+    /// client left ([`EngineError::DecodeStopped`]: nothing to answer). Its conversation stays
+    /// in its cells, kept ([`super::kept`]), unless it failed: its sequence is free again then.
     fn end_lane(&mut self, seq: SeqId, outcome: Result<crate::engine::FinishReason, EngineError>) {
         let Some(index) = self.lanes.lanes.iter().position(|lane| lane.seq == seq) else { return };
         let mut lane = self.lanes.lanes.swap_remove(index);
@@ -519,19 +569,20 @@ impl<'m> LiveSequence<'m> {
                 }
                 let _ = events.send(Event::Finished { reason, usage, timings });
                 self.lanes.served += 1;
-                self.keep_lane(seq, lane.tokens);
             }
             Err(EngineError::DecodeStopped) => {
-                tracing::debug!(seq, "a lane's client left");
                 // What it held serves the same request sent again.
-                self.keep_lane(seq, lane.tokens);
+                tracing::debug!(seq, "a lane's client left");
             }
             Err(e) => {
                 let _ = lane.events.send(Event::Failed(e));
+                self.decoder.drop_sequence(seq);
+                self.lanes.free.push(seq);
+                return;
             }
         }
-        self.decoder.drop_sequence(seq);
-        self.lanes.free.push(seq);
+        self.keep_lane(seq, lane.tokens.clone());
+        self.keep_lane_cells(seq, lane.tokens, lane.shared);
     }
 }
 
@@ -547,7 +598,7 @@ impl LiveSequence<'_> {
 
     /// What the lanes are doing.
     pub(crate) fn lane_counts(&self) -> LaneCounts {
-        LaneCounts { running: self.lanes.running() as u32, served: self.lanes.served() }
+        LaneCounts { running: self.lanes.running() as u32, served: self.lanes.served(), kept: self.kept_count() as u32 }
     }
 
     /// Cells the lanes hold or may come to hold beyond sequence 0's.

@@ -37,9 +37,13 @@ impl LiveSequence<'_> {
     /// token of `tokens` is left to evaluate, so its logits are fresh.
     pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken], derivation: Derivation<'_>) -> Reuse {
         self.save_pending_checkpoint();
+        let continued = self.continue_kept(tokens);
         let reply = self.reply.take();
         let reply_cut = policy::reply_cut(&self.cached, reply, tokens);
         let mut origin = std::mem::replace(&mut self.origin, CacheSource::Live);
+        if continued {
+            origin = CacheSource::Kept;
+        }
         let mut displaced: Option<(Vec<LlamaToken>, SavedState)> = None;
         let mut save = None;
         let mut reuse = None;
@@ -57,6 +61,8 @@ impl LiveSequence<'_> {
                 if let Some((held, state)) = &displaced {
                     self.costs.record_ram(state.byte_len(), held.len(), took.as_secs_f64());
                 }
+                // And kept in its cells, for a next turn that continues it beside another.
+                self.keep_home();
             }
             let mut attempted = Reuse {
                 keep: plan.keep,
@@ -230,7 +236,9 @@ impl LiveSequence<'_> {
         self.rewindable = 0;
         self.reply = None;
         self.checkpoint_pending = false;
-        let adopted = if self.decoder.restore(state) {
+        // Kept sequences' cells may leave no room in one piece for the state: tried again
+        // without them.
+        let adopted = if self.decoder.restore(state) || (self.drop_all_kept() && self.decoder.restore(state)) {
             let last = self.decoder.target().kv_cache_seq_pos_max(0);
             if i64::from(last) + 1 == tokens.len() as i64 {
                 Ok(())

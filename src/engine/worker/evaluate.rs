@@ -79,7 +79,10 @@ impl Session<'_> {
         let mut reuse = self.sequence.reuse_prefix(tokens, derivation);
         self.keep_media_whole(&mut reuse, &fitted.media);
         let mut cache = self.explain(&reuse, tokens, parts);
-        if media_changed && reuse.obstacle.is_none() && matches!(reuse.source, CacheSource::Live | CacheSource::None) {
+        if media_changed
+            && reuse.obstacle.is_none()
+            && matches!(reuse.source, CacheSource::Live | CacheSource::Kept | CacheSource::None)
+        {
             cache.reason = Some(CacheMiss::MediaChanged);
         }
         // The compare and the plan, without the state copies the cache report times itself.

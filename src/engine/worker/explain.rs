@@ -20,7 +20,7 @@ impl Session<'_> {
             _ if reply_cut.is_some() => Some(CacheMiss::ReplyCut),
             CacheSource::Ram | CacheSource::Disk => Some(CacheMiss::Restored),
             CacheSource::Checkpoint => Some(CacheMiss::Checkpoint),
-            CacheSource::Live | CacheSource::None => {
+            CacheSource::Live | CacheSource::Kept | CacheSource::None => {
                 reuse.obstacle.or_else(|| reuse.diverged_at.and_then(|at| self.diverged_in(tokens, at, parts)))
             }
         };

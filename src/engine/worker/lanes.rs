@@ -97,9 +97,12 @@ impl<'m> Session<'m> {
         };
         // The cells it needs beyond the prefix it can share (none of a prefix a sliding window
         // no longer covers).
-        let (_, shared) = self.sequence.longest_live_prefix(&tokens);
+        let (source, shared) = self.sequence.longest_live_prefix(&tokens);
         let needs = tokens.len() - shared + limit as usize;
-        let free = (n_ctx as usize).saturating_sub(reserved + self.sequence.lanes_reserved());
+        // Kept conversations give their cells up for it, its own source's aside.
+        self.sequence.room_beside_kept(reserved + needs, Some(source));
+        let free =
+            (n_ctx as usize).saturating_sub(reserved + self.sequence.lanes_reserved() + self.sequence.kept_cells());
         if needs > free {
             restore(&mut job, tokens);
             return Some(job);
@@ -158,6 +161,7 @@ impl<'m> Session<'m> {
     /// served as the live sequence's), or none is busy any more.
     pub(super) fn make_room(&mut self, needed: usize) {
         let n_ctx = self.sequence.n_ctx() as usize;
+        self.sequence.room_beside_kept(needed, None);
         while self.sequence.lanes_busy() && needed + self.sequence.lanes_reserved() > n_ctx {
             if self.signals.shutting_down.load(Ordering::Relaxed) {
                 return;

@@ -1,0 +1,197 @@
+//! Kept sequences (`--parallel`): a conversation that another one displaced from sequence 0,
+//! or a lane's once its reply ended, stays in its cells under a sequence of its own in the
+//! unified KV cache (the cells it shares with sequence 0 tagged by both, nothing copied). Its
+//! next turn continues it where it is: a lane takes that sequence over, or sequence 0 takes its
+//! cells and the conversation it held is kept in turn. Where its copy would not fit beside the
+//! others, a stored state cannot give that: a restore writes every cell anew.
+//!
+//! A kept sequence is what its cells are worth, no more: the RAM store still holds the copy
+//! the cache policy saved, and kept sequences are dropped, the least recently used first,
+//! whenever their cells are needed (a prompt of sequence 0, a lane's, a restore llama.cpp could
+//! not place beside them) or their sequence is.
+//!
+//! The cells a kept sequence holds beyond the prefix it shares with sequence 0 count against
+//! the context like the lanes' own; cells two kept sequences share but sequence 0 does not are
+//! counted twice, which only drops one sooner.
+
+use llama_cpp_2::token::LlamaToken;
+
+use super::lanes::HOME;
+use super::LiveSequence;
+use crate::engine::prefix::{common_prefix_len, window_covers};
+use crate::engine::schedule::SeqId;
+
+/// A conversation's cells under a sequence no request is served from.
+pub(super) struct Kept {
+    pub(super) seq: SeqId,
+    /// What the sequence holds, position by position.
+    pub(super) tokens: Vec<LlamaToken>,
+    /// Of these, the first ones whose cells sequence 0 holds too.
+    pub(super) shared: usize,
+    /// When it was kept or last served from (a counter): the oldest is dropped first.
+    pub(super) used: u64,
+}
+
+impl Kept {
+    /// Cells it holds that sequence 0 does not.
+    fn own_cells(&self) -> usize {
+        self.tokens.len() - self.shared.min(self.tokens.len())
+    }
+}
+
+impl LiveSequence<'_> {
+    /// Whether conversations are kept: sequences beside sequence 0, whose cells can be shared
+    /// (a recurrent state is one per sequence and copied, never shared).
+    fn keeps(&self) -> bool {
+        self.lanes.pool() > 0 && !self.shape.recurrent
+    }
+
+    /// Cells the kept sequences hold that sequence 0 does not.
+    pub(crate) fn kept_cells(&self) -> usize {
+        self.lanes.kept.iter().map(Kept::own_cells).sum()
+    }
+
+    /// How many sequences are kept.
+    pub(crate) fn kept_count(&self) -> usize {
+        self.lanes.kept.len()
+    }
+
+    /// Keeps what sequence 0 holds under a sequence of its own, before sequence 0 is cut or
+    /// replaced: a free sequence, else the least recently used kept one's (dropped).
+    pub(super) fn keep_home(&mut self) {
+        if !self.keeps() || self.cached.is_empty() {
+            return;
+        }
+        let Some(seq) = self.lanes.free.pop().or_else(|| self.drop_oldest_kept(None)) else { return };
+        if !self.decoder.share_prefix(HOME, seq, self.cached.len()) {
+            self.decoder.drop_sequence(seq);
+            self.lanes.free.push(seq);
+            return;
+        }
+        tracing::debug!(seq, tokens = self.cached.len(), "sequence 0's conversation is kept in its cells");
+        let used = self.lanes.tick();
+        let held = self.cached.len();
+        self.lanes.kept.push(Kept { seq, tokens: self.cached.clone(), shared: held, used });
+    }
+
+    /// Keeps lane `seq`'s cells, which hold `tokens` (the first `shared` of them sequence 0's
+    /// too), after its reply ended.
+    pub(super) fn keep_lane_cells(&mut self, seq: SeqId, tokens: Vec<LlamaToken>, shared: usize) {
+        if !self.keeps() || tokens.is_empty() {
+            self.decoder.drop_sequence(seq);
+            self.lanes.free.push(seq);
+            return;
+        }
+        let used = self.lanes.tick();
+        self.lanes.kept.push(Kept { seq, tokens, shared, used });
+    }
+
+    /// Drops the least recently used kept sequence other than `spare`; its sequence, now free,
+    /// or `None` when there is none to drop.
+    pub(super) fn drop_oldest_kept(&mut self, spare: Option<SeqId>) -> Option<SeqId> {
+        let index = (self.lanes.kept.iter().enumerate())
+            .filter(|(_, kept)| Some(kept.seq) != spare)
+            .min_by_key(|(_, kept)| kept.used)
+            .map(|(index, _)| index)?;
+        let kept = self.lanes.kept.swap_remove(index);
+        tracing::debug!(seq = kept.seq, tokens = kept.tokens.len(), "a kept conversation's cells are dropped");
+        self.decoder.drop_sequence(kept.seq);
+        Some(kept.seq)
+    }
+
+    /// Drops every kept sequence (a restore llama.cpp could not place beside them).
+    pub(super) fn drop_all_kept(&mut self) -> bool {
+        let mut dropped = false;
+        while let Some(seq) = self.drop_oldest_kept(None) {
+            self.lanes.free.push(seq);
+            dropped = true;
+        }
+        dropped
+    }
+
+    /// Drops kept sequences, least recently used first and never `spare`, until `needed` cells
+    /// of sequence 0 fit beside the lanes' and the kept sequences' own.
+    pub(crate) fn room_beside_kept(&mut self, needed: usize, spare: Option<SeqId>) {
+        let n_ctx = self.n_ctx() as usize;
+        while needed + self.lanes.reserved() + self.kept_cells() > n_ctx {
+            let Some(seq) = self.drop_oldest_kept(spare) else { return };
+            self.lanes.free.push(seq);
+        }
+    }
+
+    /// The kept sequence holding the longest prefix of `prompt` that can be continued (at most
+    /// `most` tokens, covered by its sliding window), and that prefix's length.
+    pub(super) fn longest_kept_prefix(&self, prompt: &[LlamaToken], most: usize) -> Option<(SeqId, usize)> {
+        let target = self.decoder.target();
+        (self.lanes.kept.iter())
+            .map(|kept| (kept.seq, common_prefix_len(&kept.tokens, prompt).min(most)))
+            .filter(|&(seq, held)| held > 0 && window_covers(target.kv_cache_seq_pos_min(seq), held, self.shape.n_swa))
+            .max_by_key(|&(_, held)| held)
+    }
+
+    /// Takes kept sequence `seq` for a lane that continues its first `keep` tokens: it is no
+    /// longer kept, and holds those tokens only. How many of them sequence 0 holds too; `None`
+    /// (and the sequence empty) when llama.cpp could not cut it there.
+    pub(super) fn take_kept(&mut self, seq: SeqId, keep: usize) -> Option<usize> {
+        let index = self.lanes.kept.iter().position(|kept| kept.seq == seq)?;
+        let kept = self.lanes.kept.swap_remove(index);
+        if keep < kept.tokens.len() && !self.decoder.cut_sequence(seq, keep) {
+            self.decoder.drop_sequence(seq);
+            return None;
+        }
+        Some(kept.shared.min(keep))
+    }
+
+    /// Makes sequence 0 continue the kept sequence that holds more of `prompt` than sequence 0
+    /// does, if one does: its cells become sequence 0's (tagged, not copied) and what sequence
+    /// 0 held is kept in turn. True when it did.
+    pub(super) fn continue_kept(&mut self, prompt: &[LlamaToken]) -> bool {
+        if !self.keeps() {
+            return false;
+        }
+        let most = prompt.len().saturating_sub(1);
+        let Some((seq, held)) = self.longest_kept_prefix(prompt, most) else { return false };
+        let home = common_prefix_len(&self.cached, prompt).min(most);
+        let home = if window_covers(self.decoder.target().kv_cache_seq_pos_min(HOME), home, self.shape.n_swa) {
+            home
+        } else {
+            0
+        };
+        if held <= home {
+            return false;
+        }
+        let Some(index) = self.lanes.kept.iter().position(|kept| kept.seq == seq) else { return false };
+        let shared = self.lanes.kept[index].shared;
+        // What sequence 0 holds is kept under a sequence of its own (free, or another kept
+        // one's); without one, nothing changes: the cache policy restores the conversation from
+        // the RAM store instead, and saves what sequence 0 held as it does.
+        if !self.cached.is_empty() {
+            if self.lanes.free.is_empty() {
+                let Some(freed) = self.drop_oldest_kept(Some(seq)) else { return false };
+                self.lanes.free.push(freed);
+            }
+            self.keep_home();
+        }
+        let Some(index) = self.lanes.kept.iter().position(|kept| kept.seq == seq) else { return false };
+        let kept = self.lanes.kept.swap_remove(index);
+        // Sequence 0 takes the kept cells: its own tags go, the kept sequence's become its.
+        self.decoder.clear();
+        let moved = self.decoder.share_prefix(seq, HOME, kept.tokens.len());
+        self.decoder.drop_sequence(seq);
+        self.lanes.free.push(seq);
+        self.rewindable = 0;
+        self.reply = None;
+        self.checkpoint_pending = false;
+        self.cached.clear();
+        if !moved {
+            self.lanes.home_cut(0);
+            return false;
+        }
+        // Only the prefix the kept sequence shared with the old sequence 0 is shared by the
+        // others (the old sequence 0 kept included) with the new one.
+        self.lanes.home_cut(shared);
+        tracing::debug!(seq, tokens = kept.tokens.len(), "sequence 0 continues a kept conversation");
+        self.cached = kept.tokens;
+        true
+    }
+}
