@@ -11,8 +11,11 @@
 //! engine with four sequences continues X's second turn from its kept cells (Y's stay beside
 //! them); one with a single sequence restores X from the RAM store. One thread each, flash
 //! attention as the last argument says (`auto` when absent). It prints how many second turns
-//! differ and where, how far apart the first token's log-probabilities are at most, and where
-//! the kept engine's second turns came from.
+//! differ and where, how far apart the first token's log-probabilities are at most (and for
+//! the same prompt evaluated in another split on a third engine without a store, llama.cpp's
+//! own yardstick), and where the kept engine's second turns came from. With
+//! `KEPT_EQUALITY_NO_Y=1` the other conversation's turn is left out: X's second turn then
+//! continues its live cells, the earlier conversations' kept cells beside them.
 
 use std::path::PathBuf;
 
