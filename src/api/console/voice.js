@@ -175,6 +175,7 @@ export class ServerRecognition {
         // A ScriptProcessor needs no module file (the page's policy allows only its own scripts).
         const processor = this.audio.createScriptProcessor(4096, 1, 1);
         processor.onaudioprocess = (event) => this.#frame(event.inputBuffer.getChannelData(0));
+        this.processor = processor;
         source.connect(processor);
         processor.connect(this.audio.destination);
         this.#reset();
@@ -183,6 +184,9 @@ export class ServerRecognition {
   }
 
   stop() {
+    // Frames already queued are dropped, not handed to a closed context.
+    if (this.processor) this.processor.onaudioprocess = null;
+    this.processor = null;
     for (const track of this.stream?.getTracks() ?? []) track.stop();
     this.audio?.close();
     this.stream = undefined;
@@ -201,6 +205,8 @@ export class ServerRecognition {
   }
 
   #frame(input) {
+    // A frame the audio thread delivered after stop(): its context is gone.
+    if (!this.audio) return;
     const rate = this.audio.sampleRate;
     const frame = Float32Array.from(input);
     const frameMs = (frame.length / rate) * 1000;

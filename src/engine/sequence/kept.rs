@@ -121,7 +121,7 @@ impl LiveSequence<'_> {
 
     /// The kept sequence holding the longest prefix of `prompt` that can be continued (at most
     /// `most` tokens, covered by its sliding window), and that prefix's length.
-    pub(super) fn longest_kept_prefix(&self, prompt: &[LlamaToken], most: usize) -> Option<(SeqId, usize)> {
+    pub(crate) fn longest_kept_prefix(&self, prompt: &[LlamaToken], most: usize) -> Option<(SeqId, usize)> {
         let target = self.decoder.target();
         (self.lanes.kept.iter())
             .map(|kept| (kept.seq, common_prefix_len(&kept.tokens, prompt).min(most)))

@@ -19,17 +19,12 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::kept::Kept;
 use super::LiveSequence;
 use crate::engine::decoder::SharedPart;
-use crate::engine::policy;
-use crate::engine::prefix::{common_prefix_len, window_covers};
 use crate::engine::queue::Admission;
 use crate::engine::reply::{Generating, Halt, Picked, Reply};
 use crate::engine::sampling::Logits;
 use crate::engine::schedule::{next_batch, Limits, Need, Pending, SeqId, StepCost, Waiter, Work};
-use crate::engine::store::Restored;
 use crate::engine::CacheEntryKind;
-use crate::engine::{
-    CacheReport, CacheSource, EngineError, Event, LaneCounts, RequestPath, SharedSteps, Timings, Usage,
-};
+use crate::engine::{CacheReport, EngineError, Event, LaneCounts, RequestPath, SharedSteps, Timings, Usage};
 
 /// The speech floor: a streaming reply a person reads gets a token at least this often while
 /// other work shares its steps (12 tokens a second, faster than speech).
@@ -180,6 +175,11 @@ impl<'m> Lanes<'m> {
         !self.lanes.is_empty()
     }
 
+    /// Each lane's sequence and the tokens it holds.
+    pub(super) fn held(&self) -> impl Iterator<Item = (SeqId, &[LlamaToken])> + '_ {
+        self.lanes.iter().map(|lane| (lane.seq, lane.tokens.as_slice()))
+    }
+
     /// Lanes serving a request now.
     pub(crate) fn running(&self) -> usize {
         self.lanes.len()
@@ -293,102 +293,6 @@ impl<'m> LiveSequence<'m> {
         }
         self.lanes.lanes.push(lane);
         true
-    }
-
-    /// Makes lane `seq` hold the longest prefix of `prompt` that a live sequence holds
-    /// (`source`: its cells shared, or, when `source` is the kept sequence `seq`, continued
-    /// where they are) or, with `may_restore` and by [`policy::restore_for_lane`]'s margin, a
-    /// stored state (restored into the lane); returns the prefix's length, how much of it
-    /// sequence 0's cells hold, and the cache report.
-    fn lane_prefix(
-        &mut self,
-        seq: SeqId,
-        prompt: &[LlamaToken],
-        source: (SeqId, usize),
-        may_restore: bool,
-    ) -> (usize, usize, CacheReport) {
-        let report = |source: CacheSource, keep: usize| CacheReport {
-            source: if keep > 0 { source } else { CacheSource::None },
-            reused: keep as u32,
-            prefilled: (prompt.len() - keep) as u32,
-            ..CacheReport::default()
-        };
-        if source.0 == seq {
-            return match self.take_kept(seq, source.1) {
-                Some(shared) => (source.1, shared, report(CacheSource::Kept, source.1)),
-                None => (0, 0, report(CacheSource::None, 0)),
-            };
-        }
-        if may_restore {
-            if let Some((keep, mut cache)) = self.restore_into_lane(seq, prompt, source.1) {
-                cache.prefilled = (prompt.len() - keep) as u32;
-                return (keep, 0, cache);
-            }
-        }
-        let (from, keep) = source;
-        let keep = if keep > 0 && self.decoder.share_prefix(from, seq, keep) { keep } else { 0 };
-        let shared = if from == HOME { keep } else { 0 };
-        (keep, shared, report(CacheSource::Live, keep))
-    }
-
-    /// The live sequence that holds the longest prefix of `prompt` a lane can share, and its
-    /// length (at most all but the last token): sequence 0's, a lane's or a kept one's (which
-    /// a lane then takes over), where the sequence's
-    /// sliding window still covers it (a sliding-window model's sequence that moved on no longer
-    /// holds the window before an earlier position).
-    pub(crate) fn longest_live_prefix(&self, prompt: &[LlamaToken]) -> (SeqId, usize) {
-        let most = prompt.len().saturating_sub(1);
-        let target = self.decoder.target();
-        let covered = |seq: SeqId, held: usize| window_covers(target.kv_cache_seq_pos_min(seq), held, self.shape.n_swa);
-        let home = common_prefix_len(&self.cached, prompt).min(most);
-        let mut source = (HOME, if covered(HOME, home) { home } else { 0 });
-        for lane in &self.lanes.lanes {
-            let held = common_prefix_len(&lane.tokens, prompt).min(most);
-            if covered(lane.seq, held) && held > source.1 {
-                source = (lane.seq, held);
-            }
-        }
-        match self.longest_kept_prefix(prompt, most) {
-            Some(kept) if kept.1 > source.1 => kept,
-            _ => source,
-        }
-    }
-
-    /// Restores into lane `seq` the stored state that serves the most of `prompt`, when it
-    /// serves [`policy::restore_for_lane`] more than the `live` tokens a live sequence could
-    /// share; the prefix kept and the cache report.
-    fn restore_into_lane(&mut self, seq: SeqId, prompt: &[LlamaToken], live: usize) -> Option<(usize, CacheReport)> {
-        let most = prompt.len().saturating_sub(1);
-        let whole_only = self.shape.whole_only();
-        let store = self.store.as_mut()?;
-        let views = store.views();
-        let (view, usable) = policy::best_entry(&views, prompt, whole_only, |_, usable| {
-            policy::restore_for_lane(live, usable.min(most))
-        })?;
-        let index = view.index;
-        let started = Instant::now();
-        let (held, state, kind) = match store.restore(index) {
-            Restored::Taken(entry) => (entry.tokens, entry.state, entry.kind),
-            Restored::Kept(entry) => (entry.tokens.clone(), entry.state.clone(), entry.kind),
-        };
-        let keep = usable.min(most);
-        // Kept sequences' cells may leave no room in one piece for the state: tried again
-        // without them.
-        let restored = self.decoder.restore_lane(seq, &state, held.len(), keep)
-            || (self.drop_all_kept() && self.decoder.restore_lane(seq, &state, held.len(), keep));
-        if !restored {
-            if let (CacheEntryKind::Checkpoint, Some(store)) = (kind, self.store.as_mut()) {
-                store.discard(index);
-            }
-            return None;
-        }
-        let source = match kind {
-            CacheEntryKind::Snapshot => CacheSource::Ram,
-            CacheEntryKind::Checkpoint => CacheSource::Checkpoint,
-        };
-        let cache =
-            CacheReport { source, reused: keep as u32, restore: Some(started.elapsed()), ..CacheReport::default() };
-        Some((keep, cache))
     }
 
     /// One step of the lanes alone (nothing of sequence 0's rides it).

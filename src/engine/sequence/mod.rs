@@ -22,6 +22,7 @@ use super::threads::ThreadGovernor;
 use super::{CacheMiss, CacheSource, EngineError};
 
 mod kept;
+mod lane_prefix;
 mod lanes;
 mod restore;
 mod saved;

@@ -9,6 +9,8 @@ use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use llama_cpp_2::token::LlamaToken;
+
 use super::{overflow, Session};
 use crate::engine::reply::{ReasoningLimit, Reply};
 use crate::engine::sequence::{LaneStart, Remember};
@@ -157,11 +159,15 @@ impl<'m> Session<'m> {
         None
     }
 
-    /// Steps the lanes until `needed` cells are free beside them (a request about to be
-    /// served as the live sequence's), or none is busy any more.
-    pub(super) fn make_room(&mut self, needed: usize) {
+    /// Steps the lanes until `needed` cells are free beside them for `prompt` (a request about
+    /// to be served as the live sequence's), or none is busy any more. Kept conversations give
+    /// their cells up first, but the one that holds the most of `prompt` (its cells are the
+    /// prompt's, sequence 0 takes them over).
+    pub(super) fn make_room(&mut self, prompt: &[LlamaToken], needed: usize) {
         let n_ctx = self.sequence.n_ctx() as usize;
-        self.sequence.room_beside_kept(needed, None);
+        let continued = self.sequence.longest_kept_prefix(prompt, prompt.len().saturating_sub(1));
+        let (spare, held) = continued.map_or((None, 0), |(seq, held)| (Some(seq), held));
+        self.sequence.room_beside_kept(needed.saturating_sub(held), spare);
         while self.sequence.lanes_busy() && needed + self.sequence.lanes_reserved() > n_ctx {
             if self.signals.shutting_down.load(Ordering::Relaxed) {
                 return;

@@ -469,7 +469,7 @@ impl<'m> Session<'m> {
         let prompt_tokens = fitted.tokens.len() as u32;
         // Room beside the lanes for the prompt and its whole reply.
         let reserved = fitted.tokens.len() + fitted.limit as usize;
-        self.make_room(reserved);
+        self.make_room(&fitted.tokens, reserved);
         let (picker, reasoning, reasoning_opened) = self.reply_picker(request, fitted.text.as_deref())?;
         let parked = self.take_parked(&fitted.tokens);
         let Evaluated { cached, logits_index, mut cache, time: prompt_time, request: request_path, .. } = match &parked
