@@ -9,8 +9,8 @@
 //! evaluates the same token split (prefix, then suffix).
 //!
 //! The engines here serve one sequence: with several (`--parallel`), a displaced conversation
-//! is first kept in its cells and continued there (tests/together.rs), and its turn is exact
-//! only with flash attention off (docs/serving.md).
+//! is first kept in its cells and continued there (tests/together.rs), where other
+//! conversations' cells change llama.cpp's sums (docs/serving.md).
 
 mod common;
 
