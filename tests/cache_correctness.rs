@@ -5,16 +5,10 @@
 
 mod common;
 
+use common::one_sequence_config as test_config;
 use common::{gemma3_path, gemma_turns, generate, long_system_prompt, smollm2_path, Generated};
 use firstword::engine::TemplateSource;
 use firstword::{ChatMessage, Engine, EngineConfig, FinishReason, GenerationRequest, Prompt, SamplingParams, Usage};
-
-/// The test settings with one sequence: other conversations' kept cells change the sums of
-/// llama.cpp's CPU flash-attention kernel, so a reused turn equals a fresh context's only with them
-/// gone (their own exactness, flash attention off: tests/together.rs).
-fn test_config(model: std::path::PathBuf) -> EngineConfig {
-    EngineConfig { parallel: 1, ..common::test_config(model) }
-}
 
 /// Runs one greedy request to the end; returns the text, usage and finish reason.
 fn run(engine: &Engine, prompt: Prompt, max_tokens: u32) -> (String, Usage, FinishReason) {

@@ -7,16 +7,10 @@
 
 mod common;
 
+use common::one_sequence_config as test_config;
 use common::{chat, fresh_split, greedy, long_system_prompt, model_path, smollm2_path, Generated};
 use firstword::engine::ContextOverflow;
 use firstword::{CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, PrefillReport, SamplingParams};
-
-/// The test settings with one sequence: the RAM store alone keeps displaced conversations (with
-/// several, they are first kept in their cells: tests/together.rs), and the comparisons with a
-/// fresh split are exact only without other conversations' kept cells (docs/serving.md).
-fn test_config(model: std::path::PathBuf) -> EngineConfig {
-    EngineConfig { parallel: 1, ..common::test_config(model) }
-}
 
 /// A user message of roughly `words` words, numbered so no two are alike.
 fn long_message(n: usize, words: usize) -> String {

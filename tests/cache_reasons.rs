@@ -3,16 +3,11 @@
 
 mod common;
 
+use common::one_sequence_config as test_config;
 use common::{gemma3_path, generate, long_system_prompt, settled_cache, smollm2_path, Generated};
 use firstword::{
     CacheMiss, CacheReport, CacheSource, ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams,
 };
-
-/// The test settings with one sequence: each reason as the single-sequence cache gives it (with
-/// several sequences a displaced conversation comes back `kept`: tests/together.rs).
-fn test_config(model: std::path::PathBuf) -> EngineConfig {
-    EngineConfig { parallel: 1, ..common::test_config(model) }
-}
 
 /// Slack between a turn's prompt and what the next turn reuses: the reply's last tokens may be
 /// re-split by the next turn's text.

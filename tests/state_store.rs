@@ -8,14 +8,14 @@
 //! cache_correctness.rs: greedy output of a restored turn equals that of a fresh context that
 //! evaluates the same token split (prefix, then suffix).
 //!
-//! The engines here serve one sequence: with several (`--parallel`), a displaced conversation
-//! is first kept in its cells and continued there (tests/together.rs), where other
-//! conversations' cells change llama.cpp's sums (docs/serving.md).
+//! The engines here serve one sequence ([`common::one_sequence_config`]): with several
+//! (`--parallel`), a displaced conversation is first kept in its cells and continued there
+//! (tests/together.rs), where other conversations' cells change llama.cpp's sums
+//! (docs/serving.md).
 
 mod common;
 
-use std::path::PathBuf;
-
+use common::one_sequence_config as test_config;
 use common::{gemma3_path, gemma_turns, generate, long_system_prompt, smollm2_path, Generated};
 use firstword::{ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams, Usage};
 use serde_json::json;
@@ -26,11 +26,6 @@ const SLACK: u32 = 8;
 
 /// Most tokens two unrelated prompts share (the chat template's opening).
 const UNRELATED: u32 = 50;
-
-/// The test settings with one sequence: the RAM store alone keeps displaced conversations.
-fn test_config(model: PathBuf) -> EngineConfig {
-    EngineConfig { parallel: 1, ..common::test_config(model) }
-}
 
 /// One greedy request to the end; returns the text and the usage.
 fn run(engine: &Engine, prompt: Prompt, max_tokens: u32) -> (String, Usage) {

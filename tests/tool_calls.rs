@@ -10,7 +10,7 @@ use common::tools::{
     forced_calls_always_validate, json_schema_replies_validate, request, streamed_calls_match_the_answer,
     tool_definitions, tools, REQUESTS,
 };
-use common::{post, smollm2_path, stream_chunks, test_config, ServerLock, SharedServer, TestServer};
+use common::{one_sequence_config, post, smollm2_path, stream_chunks, ServerLock, SharedServer, TestServer};
 use firstword::chat::ToolCall;
 use firstword::{ChatMessage, Prompt, Role};
 use serde_json::{json, Value};
@@ -20,8 +20,7 @@ use serde_json::{json, Value};
 /// the conversations of earlier tests stay kept in their cells, whose places change llama.cpp's
 /// sums between the two (docs/serving.md).
 async fn exclusive_server() -> (ServerLock, &'static TestServer) {
-    static SMOLLM2: SharedServer =
-        SharedServer::configured(|| firstword::EngineConfig { parallel: 1, ..test_config(smollm2_path()) });
+    static SMOLLM2: SharedServer = SharedServer::configured(|| one_sequence_config(smollm2_path()));
     SMOLLM2.exclusive().await
 }
 

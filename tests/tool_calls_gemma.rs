@@ -7,14 +7,13 @@ use common::tools::{
     auto_never_leaks_markers, follow_up_after_a_tool_result_is_cached, forced_calls_always_validate,
     json_schema_replies_validate, streamed_calls_match_the_answer,
 };
-use common::{gemma3_path, test_config, SharedServer};
-use firstword::EngineConfig;
+use common::{gemma3_path, one_sequence_config, SharedServer};
 
 /// One gemma-3 server for the tests of this file, one test at a time, with one sequence: the
 /// streamed answer is compared with the same request answered before, token for token, and
 /// with several sequences the conversations of earlier tests stay kept in their cells, whose
 /// places change llama.cpp's sums between the two (docs/serving.md).
-static GEMMA3: SharedServer = SharedServer::configured(|| EngineConfig { parallel: 1, ..test_config(gemma3_path()) });
+static GEMMA3: SharedServer = SharedServer::configured(|| one_sequence_config(gemma3_path()));
 
 #[tokio::test]
 async fn gemma3_forced_calls_always_parse_and_validate() {

@@ -51,7 +51,7 @@ pub(super) fn hook_after_load() {
 extern "C" fn stop_live_engines() {
     let engines: Vec<Arc<Shared>> = LIVE.lock().drain(..).filter_map(|engine| engine.upgrade()).collect();
     for shared in &engines {
-        shared.signals.shutting_down.store(true, std::sync::atomic::Ordering::Relaxed);
+        shared.signals.shutting_down.store(true, Ordering::Relaxed);
     }
     let deadline = Instant::now() + EXIT_WAIT;
     for shared in &engines {

@@ -51,6 +51,14 @@ pub(crate) fn test_config(path: PathBuf) -> EngineConfig {
     EngineConfig { ctx_size: Some(4096), threads: 2, threads_batch: 2, fixed_threads: true, ..EngineConfig::new(path) }
 }
 
+/// The test settings with one sequence, for tests that compare replies bit for bit across
+/// requests or check what the RAM store alone does: with several sequences a displaced
+/// conversation stays kept in its cells (tests/together.rs), and other conversations' kept
+/// cells change llama.cpp's CPU sums (docs/serving.md, "Greedy replies beside others").
+pub(crate) fn one_sequence_config(path: PathBuf) -> EngineConfig {
+    EngineConfig { parallel: 1, ..test_config(path) }
+}
+
 /// A running server.
 pub(crate) struct TestServer {
     /// `http://127.0.0.1:PORT`.

@@ -47,7 +47,7 @@ impl LiveSequence<'_> {
     }
 
     /// Cells the kept sequences hold that sequence 0 does not.
-    pub(crate) fn kept_cells(&self) -> usize {
+    fn kept_cells(&self) -> usize {
         self.lanes.kept.iter().map(Kept::own_cells).sum()
     }
 
@@ -110,12 +110,25 @@ impl LiveSequence<'_> {
     }
 
     /// Drops kept sequences, least recently used first and never `spare`, until `needed` cells
-    /// of sequence 0 fit beside the lanes' and the kept sequences' own.
-    pub(crate) fn room_beside_kept(&mut self, needed: usize, spare: Option<SeqId>) {
+    /// of sequence 0 fit beside the lanes' and the kept sequences' own (or none is left to
+    /// drop); the cells free beside those then.
+    pub(crate) fn room_beside_kept(&mut self, needed: usize, spare: Option<SeqId>) -> usize {
         let n_ctx = self.n_ctx() as usize;
-        while needed + self.lanes.reserved() + self.kept_cells() > n_ctx {
-            let Some(seq) = self.drop_oldest_kept(spare) else { return };
+        loop {
+            let free = n_ctx.saturating_sub(self.lanes.reserved() + self.kept_cells());
+            if needed <= free {
+                return free;
+            }
+            let Some(seq) = self.drop_oldest_kept(spare) else { return free };
             self.lanes.free.push(seq);
+        }
+    }
+
+    /// Makes room for `more` tokens of sequence 0, dropping kept sequences where they hold the
+    /// cells (nothing to do, and nothing computed, without any).
+    pub(super) fn room_for(&mut self, more: usize) {
+        if !self.lanes.kept.is_empty() {
+            self.room_beside_kept(self.cached.len() + more, None);
         }
     }
 
@@ -160,8 +173,9 @@ impl LiveSequence<'_> {
         if held <= home {
             return false;
         }
-        let Some(index) = self.lanes.kept.iter().position(|kept| kept.seq == seq) else { return false };
-        let shared = self.lanes.kept[index].shared;
+        let Some(shared) = self.lanes.kept.iter().find(|kept| kept.seq == seq).map(|kept| kept.shared) else {
+            return false;
+        };
         // What sequence 0 holds is kept under a sequence of its own (free, or another kept
         // one's); without one, nothing changes: the cache policy restores the conversation from
         // the RAM store instead, and saves what sequence 0 held as it does.

@@ -279,7 +279,7 @@ impl<'m> LiveSequence<'m> {
             return Err(EngineError::Internal("a media's placeholder tokens evaluated as text".into()));
         }
         self.save_pending_checkpoint();
-        self.room_beside_kept(self.cached.len() + tokens.len(), None);
+        self.room_for(tokens.len());
         self.follow_threads(tokens.len());
         // With lanes busy, a single generated token rides their step; anything else waits
         // for their step first (see `lanes`).
@@ -316,7 +316,7 @@ impl<'m> LiveSequence<'m> {
     /// records them as cached. On failure the cache is cleared.
     pub(crate) fn decode_media(&mut self, projector: &mut Projector, segment: &Segment) -> Result<(), EngineError> {
         self.save_pending_checkpoint();
-        self.room_beside_kept(self.cached.len() + segment.tokens.len(), None);
+        self.room_for(segment.tokens.len());
         self.follow_threads(segment.tokens.len());
         if let Err(e) = self.decoder.decode_media(projector, segment, self.cached.len(), self.n_batch) {
             self.clear();

@@ -102,9 +102,7 @@ impl<'m> Session<'m> {
         let (source, shared) = self.sequence.longest_live_prefix(&tokens);
         let needs = tokens.len() - shared + limit as usize;
         // Kept conversations give their cells up for it, its own source's aside.
-        self.sequence.room_beside_kept(reserved + needs, Some(source));
-        let free =
-            (n_ctx as usize).saturating_sub(reserved + self.sequence.lanes_reserved() + self.sequence.kept_cells());
+        let free = self.sequence.room_beside_kept(reserved + needs, Some(source)).saturating_sub(reserved);
         if needs > free {
             restore(&mut job, tokens);
             return Some(job);
