@@ -9,9 +9,10 @@ use crate::chat::{ChatMessage, Role};
 /// `tool_calls` and tool results themselves); templates that render the tools but not the calls
 /// (LFM2's) get each assistant's calls written into its text as the format writes them. For the
 /// others ([`ToolFormat::generic`]):
-/// - the tool definitions and the call format are appended to the system message (one is
-///   added if there is none), identically on every turn, so the prefix stays cached; only
-///   when there are tools;
+/// - the tool definitions and the call format open the system message (one is added if there
+///   is none), identically on every turn, so the prefix stays cached: before the system
+///   message's own text, which may change from turn to turn (Home Assistant's clock line)
+///   while the tools do not; only when there are tools;
 /// - an assistant's earlier calls are written into its text exactly as the generic format
 ///   writes them, so the history renders to the tokens the model generated;
 /// - tool results become user turns inside `<tool_response>` tags.
@@ -34,7 +35,7 @@ pub fn prepare_messages(format: &ToolFormat, messages: &[ChatMessage], tools: &[
         let instructions = generic_tool_prompt(tools);
         match messages.first() {
             Some(first) if first.role == Role::System => {
-                prepared.push(ChatMessage::system(format!("{}\n\n{instructions}", first.content)));
+                prepared.push(ChatMessage::system(format!("{instructions}\n\n{}", first.content)));
             }
             _ => prepared.push(ChatMessage::system(instructions)),
         }
@@ -51,8 +52,8 @@ pub fn prepare_messages(format: &ToolFormat, messages: &[ChatMessage], tools: &[
 }
 
 /// The generic format for a template that refuses a system message and wants user and
-/// assistant turns to alternate (Gemma 2): the tool description (after the system message's
-/// text, when there is one) opens the first user turn, and the results of one reply's calls
+/// assistant turns to alternate (Gemma 2): the tool description (before the system message's
+/// text, when there is one, which may change while the tools do not) opens the first user turn, and the results of one reply's calls
 /// make one user turn. Without tools a system message is left to the template.
 fn in_user_turns(format: &ToolFormat, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Vec<ChatMessage> {
     let mut prepared: Vec<ChatMessage> = Vec::with_capacity(messages.len());
@@ -61,7 +62,7 @@ fn in_user_turns(format: &ToolFormat, messages: &[ChatMessage], tools: &[ToolDef
     let mut messages = messages;
     if let (false, Some((first, rest))) = (described, messages.split_first()) {
         if first.role == Role::System {
-            instructions = format!("{}\n\n{instructions}", first.content);
+            instructions = format!("{instructions}\n\n{}", first.content);
             messages = rest;
         }
     }
@@ -140,7 +141,8 @@ mod tests {
         let messages = vec![ChatMessage::system("Be brief."), ChatMessage::user("Weather?"), assistant, result];
         let prepared = prepare_messages(&ToolFormat::generic(), &messages, &[tool()]);
         assert_eq!(prepared.len(), 4);
-        assert!(prepared[0].content.starts_with("Be brief.\n\n# Tools"), "{}", prepared[0].content);
+        assert!(prepared[0].content.starts_with("# Tools"), "{}", prepared[0].content);
+        assert!(prepared[0].content.contains("</tool_call>\n\nBe brief."), "{}", prepared[0].content);
         assert_eq!(
             prepared[2].content,
             "Checking. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"
@@ -191,7 +193,8 @@ mod tests {
         let prepared = prepare_messages(&format, &messages, &[tool()]);
         let roles: Vec<Role> = prepared.iter().map(|m| m.role).collect();
         assert_eq!(roles, [Role::User, Role::Assistant, Role::User]);
-        assert!(prepared[0].content.starts_with("Be brief.\n\n# Tools"), "{}", prepared[0].content);
+        assert!(prepared[0].content.starts_with("# Tools"), "{}", prepared[0].content);
+        assert!(prepared[0].content.contains("</tool_call>\n\nBe brief."), "{}", prepared[0].content);
         assert!(prepared[0].content.ends_with("\n\nWeather?"));
         assert_eq!(
             prepared[2].content,
