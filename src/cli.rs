@@ -159,6 +159,15 @@ pub(crate) struct CacheArgs {
     /// overrides it; 0: none).
     #[arg(long = "pregenerate", value_name = "N", env = "FIRSTWORD_PREGENERATE", default_value_t = EngineConfig::DEFAULT_PREGENERATE, value_parser = clap::value_parser!(u32).range(0..=i64::from(firstword::engine::MAX_PREGENERATE)))]
     pub pregenerate: u32,
+    /// Reuse the cache past short changed spans near a prompt's start (a clock line, an
+    /// entity's state): what follows them is kept though it was computed with the old text,
+    /// an approximation (docs/cache.md); a request's `reuse_after_change` overrides it.
+    #[arg(long = "reuse-after-change", env = "FIRSTWORD_REUSE_AFTER_CHANGE")]
+    pub reuse_after_change: bool,
+    /// With reuse past changes: tokens after each changed span evaluated again rather than
+    /// kept, so they attend to the new text.
+    #[arg(long = "reuse-redo", value_name = "N", env = "FIRSTWORD_REUSE_REDO", default_value_t = firstword::engine::ChangeRules::default().redo)]
+    pub reuse_redo: usize,
     /// Seconds parked reply tokens wait for their request.
     #[arg(long = "park-seconds", value_name = "S", env = "FIRSTWORD_PARK_SECONDS", default_value_t = EngineConfig::DEFAULT_PARK_FOR.as_secs())]
     pub park_seconds: u64,
@@ -366,6 +375,11 @@ impl ServeArgs {
             cache_disk_mib: self.cache.cache_disk,
             anticipate_next_turn: !self.cache.no_anticipate,
             pregenerate: self.cache.pregenerate,
+            reuse_after_change: self.cache.reuse_after_change,
+            change_rules: firstword::engine::ChangeRules {
+                redo: self.cache.reuse_redo,
+                ..firstword::engine::ChangeRules::default()
+            },
             park_for: Duration::from_secs(self.cache.park_seconds),
             mlock: model.mlock,
             mmap: !model.no_mmap,

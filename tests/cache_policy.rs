@@ -44,7 +44,7 @@ fn a_conversation_shortened_by_drop_oldest_keeps_another_conversation_s_cache() 
         let shortened = turn_a.usage.dropped_messages > 0;
 
         let turn_b = greedy(&engine, chat(&b), 4);
-        let cache = turn_b.timings.cache;
+        let cache = turn_b.timings.cache.clone();
         eprintln!(
             "turn {n}: A {:?} dropped {}; B {:?} {cache:?}",
             turn_a.usage, turn_a.usage.dropped_messages, turn_b.usage

@@ -54,7 +54,7 @@ fn each_reason_of_a_smollm2_conversation() {
 
     // The same prompt again (a regenerated reply): the cache holds it and the reply after it.
     let again = ask(&engine, &messages, 12);
-    let cache = again.timings.cache;
+    let cache = again.timings.cache.clone();
     assert_eq!(outcome(&cache), (CacheSource::Live, Some(CacheMiss::PromptShorter)), "{cache:?}");
     assert_eq!(cache.diverged_at, Some(turn2.usage.prompt_tokens), "{cache:?}");
     assert_eq!(cache.reused, turn2.usage.prompt_tokens - 1, "{cache:?}");
@@ -63,7 +63,7 @@ fn each_reason_of_a_smollm2_conversation() {
     let mut rewritten = messages.clone();
     rewritten[2] = ChatMessage::assistant("Facts 3 and 7 mention trains.");
     let edited = ask(&engine, &rewritten, 12);
-    let cache = edited.timings.cache;
+    let cache = edited.timings.cache.clone();
     assert_eq!(outcome(&cache), (CacheSource::Live, Some(CacheMiss::HistoryChanged)), "{cache:?}");
     let at = cache.diverged_at.expect("diverged");
     assert!(at + SLACK >= turn1.usage.prompt_tokens && at < turn2.usage.prompt_tokens, "{cache:?}");
@@ -73,14 +73,14 @@ fn each_reason_of_a_smollm2_conversation() {
     // saved to the store on the way out...
     let other = [ChatMessage::system(long_system_prompt(450).replace("Fact", "Note")), ChatMessage::user("Hello")];
     let job = ask(&engine, &other, 4);
-    let cache = job.timings.cache;
+    let cache = job.timings.cache.clone();
     assert_eq!(cache.reason, Some(CacheMiss::SystemPromptChanged), "{cache:?}");
     assert!(cache.diverged_at.expect("diverged") < 40, "{cache:?}");
     assert!(cache.save.is_some(), "the conversation was saved: {cache:?}");
 
     // ...and comes back from it.
     let back = ask(&engine, &rewritten, 12);
-    let cache = back.timings.cache;
+    let cache = back.timings.cache.clone();
     assert_eq!(outcome(&cache), (CacheSource::Ram, Some(CacheMiss::Restored)), "{cache:?}");
     assert!(cache.restore.is_some(), "{cache:?}");
     assert!(cache.reused + SLACK >= edited.usage.prompt_tokens, "{cache:?}");
@@ -122,7 +122,7 @@ fn a_window_the_small_swa_cache_dropped_is_reported_as_swa_window() {
     // An edit early in the system prompt, far behind the window.
     messages[0] = ChatMessage::system(system.replacen("Fact", "Note", 3));
     let edited = ask(&engine, &messages, 8);
-    let cache = edited.timings.cache;
+    let cache = edited.timings.cache.clone();
     assert_eq!(outcome(&cache), (CacheSource::None, Some(CacheMiss::SwaWindow)), "{cache:?}");
     assert!(cache.diverged_at.expect("diverged") + 600 < turn1.usage.prompt_tokens, "{cache:?}");
     assert_eq!(cache.reused, 0);

@@ -65,7 +65,7 @@ fn a_request_sent_again_after_its_client_left_is_adopted() {
         let expected = generate(&alone, request.clone());
         let received = leave_after(&parking, request.clone(), 8);
         let answer = generate(&parking, request);
-        let cache = answer.timings.cache;
+        let cache = answer.timings.cache.clone();
         eprintln!("{name}: {cache:?}\nadopted {:?}\nalone {:?}", answer.text, expected.text);
         assert_eq!(outcome(&answer), outcome(&expected), "{name}: adoption changed the answer");
         // The decode step of the last token it had may have been stopped when it left (that

@@ -145,7 +145,7 @@ fn a_restarted_engine_serves_the_conversation_from_disk_as_one_that_never_stoppe
     assert_eq!(disk.entries.len(), 1, "{status:?}");
     assert_eq!(status.live_tokens, disk.entries[0].tokens, "the conversation is live before the first request");
     let second = greedy(&restarted, chat(&turn2(&first.text)), 12);
-    let cache = second.timings.cache;
+    let cache = second.timings.cache.clone();
     eprintln!("turn 1 {:?}; after the restart {:?} {cache:?}", first.usage, second.usage);
     assert_eq!((cache.source, cache.reason), (CacheSource::Disk, Some(CacheMiss::Restored)), "{cache:?}");
     assert_eq!(cache.restore, None, "restored at start: nothing is read on the turn's way");
@@ -482,7 +482,7 @@ fn a_state_llama_cpp_refuses_is_tried_once_and_the_live_sequence_serves_instead(
     assert!(restarted.cache_status().live_tokens > 0, "A was restored");
     let turn2 = chat(&next_turn(&b.text));
     let answer = greedy(&restarted, turn2.clone(), 8);
-    let cache = answer.timings.cache;
+    let cache = answer.timings.cache.clone();
     eprintln!("B's next turn after the refused file: {:?} {cache:?}", answer.usage);
     assert!(!b_file[0].exists(), "the refused file is removed, never tried again");
     assert_eq!(cache.source, CacheSource::Live, "{cache:?}");
@@ -580,7 +580,7 @@ fn a_second_instance_with_the_same_settings_only_reads_the_first_s_files() {
     let mut turn3 = turn2(&one.text);
     turn3.extend([ChatMessage::assistant(&two.text), ChatMessage::user("And the moon?")]);
     let three = greedy(&restarted, chat(&turn3), 8);
-    let cache = three.timings.cache;
+    let cache = three.timings.cache.clone();
     assert_eq!((cache.source, cache.restore), (CacheSource::Disk, None), "restored at start: {cache:?}");
     assert!(cache.reused > two.usage.prompt_tokens, "turn 2's prompt and reply come from disk: {cache:?}");
     restarted.wait_idle_blocking();

@@ -50,7 +50,7 @@ fn a_client_that_leaves_during_a_decode_step_stops_it() {
     );
     assert_eq!(status.parking.parked, 1, "{:?}", status.parking);
     let answer = generate(&parking, request);
-    let cache = answer.timings.cache;
+    let cache = answer.timings.cache.clone();
     eprintln!("{cache:?}\nsent again {:?}\nalone {:?}", answer.text, expected.text);
     assert_eq!(
         (&answer.text, answer.reason, answer.usage.completion_tokens),

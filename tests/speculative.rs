@@ -185,7 +185,7 @@ fn the_state_store_serves_speculative_decoding() {
     {
         let reference = turn2_after(&saving(model.clone(), mode, draft_model.clone()), false);
         let restored = turn2_after(&saving(model, mode, draft_model), true);
-        let cache = restored.timings.cache;
+        let cache = restored.timings.cache.clone();
         eprintln!("{mode:?}: reference {:?}, restored {:?} {cache:?}", reference.timings.draft, restored.timings.draft);
         assert_eq!(cache.source, firstword::CacheSource::Ram, "{cache:?}");
         assert_eq!(restored.usage.cached_tokens, reference.usage.cached_tokens, "{cache:?}");

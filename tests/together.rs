@@ -238,7 +238,7 @@ fn a_lane_continues_a_conversation_kept_in_its_cells_where_a_copy_would_not_fit(
     let n_ctx = engine.model_info().expect("loaded").n_ctx as usize;
     assert!(story_prompt + 160 + b_prompt + 24 > n_ctx, "a copy of B does not fit beside A: {n_ctx}");
     let (b, ended_first) = second_turn_beside_a_story(&engine, &turns, &reply);
-    let cache = b.timings.cache;
+    let cache = b.timings.cache.clone();
     eprintln!("{cache:?} {:?}\nbeside A {:?}\nalone    {:?}", b.timings.shared, b.text, expected.text);
     assert!(ended_first, "B's second turn ended while A streamed");
     assert_eq!(cache.source, firstword::CacheSource::Kept, "{cache:?}");
@@ -271,7 +271,7 @@ fn a_lane_continues_a_conversation_from_the_ram_store() {
     let a = streaming(&engine, turns.story(&banned));
     let (b, b_ended) = read(engine.submit(turns.second(&reply)).expect("submitted"), None);
     let (_, a_ended) = a.join().expect("reader");
-    let cache = b.timings.cache;
+    let cache = b.timings.cache.clone();
     eprintln!("{cache:?} {:?}\nbeside A {:?}\nalone    {:?}", b.timings.shared, b.text, expected.text);
     assert!(b_ended < a_ended, "B's second turn ended while A streamed");
     assert_eq!(cache.source, firstword::CacheSource::Ram, "{cache:?}");

@@ -89,6 +89,7 @@ fn into_job(bytes: &[u8], model: &ModelInfo) -> Result<CompletionJob, ApiError> 
         logprobs,
         reasoning_budget: None,
         pregenerate: None,
+        reuse_after_change: shared.reuse_after_change,
         media: Vec::new(),
     };
     Ok(CompletionJob {

@@ -96,6 +96,7 @@ impl ChatBody {
                 logprobs,
                 reasoning_budget: reasoning_budget("reasoning_budget", chat.reasoning_budget)?,
                 pregenerate: pregenerate(chat.pregenerate)?,
+                reuse_after_change: shared.reuse_after_change,
                 media: media.into_inputs(),
             },
             stream: shared.stream.unwrap_or(false),

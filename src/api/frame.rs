@@ -6,7 +6,8 @@ use super::error::ApiError;
 use super::logprobs::ChatLogprobs;
 use super::wire::{
     ChatCompletion, Choice, ChunkChoice, CompletionObject, CompletionTokensDetails, Delta, PromptTokensDetails,
-    ResponseMessage, WireCache, WireReplyCut, WireRequestPath, WireShared, WireTimings, WireUsage,
+    ResponseMessage, WireCache, WireChangedSpan, WireChanges, WireReplyCut, WireRequestPath, WireShared, WireTimings,
+    WireUsage,
 };
 use crate::engine::{CacheMiss, CacheReport, Event, RequestPath, Timings, TokenLogprob, Usage};
 
@@ -84,6 +85,13 @@ pub(super) fn wire_cache(cache: CacheReport) -> WireCache {
         restore_ms: cache.restore.map(ms),
         adopted: (cache.adopted > 0).then_some(cache.adopted),
         reply_cut: cache.reply_cut.map(|cut| WireReplyCut { kept: cut.kept, held: cut.held }),
+        changes: cache.changes.map(|changes| WireChanges {
+            spans: (changes.spans.iter())
+                .map(|span| WireChangedSpan { at: span.at, old_len: span.old_len, new_len: span.new_len })
+                .collect(),
+            kept: changes.kept,
+            evaluated: changes.evaluated,
+        }),
     }
 }
 

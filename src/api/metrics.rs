@@ -225,7 +225,7 @@ impl Metrics {
             self.generated.inc_by(u64::from(usage.completion_tokens));
         }
         let Some(timings) = &outcome.timings else { return };
-        let cache = timings.cache;
+        let cache = &timings.cache;
         self.prompt_evaluated.inc_by(u64::from(cache.prefilled));
         if cache.reused > 0 {
             let source = SourceLabels { source: cache.source.as_str().to_string() };

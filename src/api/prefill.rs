@@ -27,7 +27,7 @@ pub(super) async fn prefill(
     drop(permit);
     let report = pending.await?;
     let usage = Usage { prompt_tokens: report.prompt_tokens, cached_tokens: report.cached_tokens, ..Usage::default() };
-    record.prefilled(usage, report.timings);
+    record.prefilled(usage, report.timings.clone());
     Ok(Json(answer(job.model, report)))
 }
 

@@ -46,7 +46,7 @@ impl RequestRecord {
             }
             Event::Finished { usage, timings, .. } => {
                 recorded.usage = Some(*usage);
-                recorded.timings = Some(*timings);
+                recorded.timings = Some(timings.clone());
             }
             Event::Started { .. } | Event::Logprobs(_) | Event::Failed(_) => {}
         }
@@ -96,7 +96,7 @@ impl LogLine {
         let total_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         let usage = recorded.usage;
         let ttft = recorded.first_token.map(|t| t.duration_since(self.started));
-        let outcome = Outcome { usage, ttft, timings: recorded.timings };
+        let outcome = Outcome { usage, ttft, timings: recorded.timings.clone() };
         self.metrics.request(&self.route, self.status.as_u16(), self.code, &outcome);
         tracing::info!(
             target: "firstword::request",

@@ -29,6 +29,9 @@ pub(crate) struct SamplingFields {
     pub repeat_last_n: Option<i64>,
     pub logit_bias: Option<BTreeMap<String, f64>>,
     pub n: Option<i64>,
+    /// Reuse the cache past short changed spans of the prompt (an approximation, see
+    /// docs/cache.md); the server's `--reuse-after-change` when absent.
+    pub reuse_after_change: Option<bool>,
 }
 
 /// `stream_options`.

@@ -188,6 +188,30 @@ pub(super) struct WireCache {
     /// Where the prompt cut the reply the cache held (barge-in; absent: it did not).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_cut: Option<WireReplyCut>,
+    /// The changed spans the cache was reused past (`reason` `reused-after-change`; absent:
+    /// it was not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<WireChanges>,
+}
+
+/// `timings.cache.changes`: the spans evaluated anew and the cached tokens kept after them.
+#[derive(Debug, Serialize)]
+pub(super) struct WireChanges {
+    /// Each span: `at` (prompt position), `old_len` (tokens in the cache), `new_len` (in the
+    /// prompt).
+    pub spans: Vec<WireChangedSpan>,
+    /// Cached tokens kept after the spans, computed attending to the old spans.
+    pub kept: u32,
+    /// Prompt tokens evaluated for the spans and the neighbourhoods after them.
+    pub evaluated: u32,
+}
+
+/// One span of [`WireChanges`].
+#[derive(Debug, Serialize)]
+pub(super) struct WireChangedSpan {
+    pub at: u32,
+    pub old_len: u32,
+    pub new_len: u32,
 }
 
 /// `timings.cache.reply_cut`: the reply tokens the prompt kept of those the cache held.

@@ -68,6 +68,12 @@ pub struct EngineConfig {
     /// Sequences the one context serves at once: a request arriving while a reply streams is
     /// evaluated beside it instead of waiting (1: one at a time).
     pub parallel: u32,
+    /// Reuse the cache past short changed spans near a prompt's start (a clock line), an
+    /// approximation ([`crate::engine::ChangeRules`], docs/cache.md): the default for requests
+    /// that do not say. With one sequence, the context gets a spare one for it.
+    pub reuse_after_change: bool,
+    /// The limits of a reuse past changes, whenever one is made.
+    pub change_rules: super::ChangeRules,
     /// What a chat request that does not fit the context gets.
     pub context_overflow: ContextOverflow,
     /// Most tokens generated for a request that sets no `max_tokens`; `None`: until the
@@ -172,6 +178,8 @@ impl EngineConfig {
             mmproj: None,
             queue_size: Self::DEFAULT_QUEUE_SIZE,
             parallel: Self::DEFAULT_PARALLEL,
+            reuse_after_change: false,
+            change_rules: super::ChangeRules::default(),
             context_overflow: ContextOverflow::Refuse,
             n_predict: Some(Self::DEFAULT_N_PREDICT),
             reasoning_budget: None,

@@ -130,6 +130,14 @@ unsafe extern "C" fn decode_stop_requested(data: *mut std::ffi::c_void) -> bool 
     stop.requested()
 }
 
+/// Whether `ctx`'s cache can move positions (`llama_memory_can_shift`: llama.cpp aborts on a
+/// move it cannot apply). False where the context cannot be reached.
+pub(crate) fn can_shift_positions(ctx: &LlamaContext<'_>) -> bool {
+    // SAFETY: a checked live context's pointer (see `context_pointer`); both calls only read.
+    context_pointer(ctx)
+        .is_some_and(|raw| unsafe { llama_cpp_sys_2::llama_memory_can_shift(llama_cpp_sys_2::llama_get_memory(raw)) })
+}
+
 /// The address of `ctx`'s `llama_context`, which `llama-cpp-2` keeps private: read from its
 /// `Debug` text ([`debug_address`]), then checked against what the safe wrapper reports
 /// through its own pointer (the context size, batch and micro-batch sizes), so that a

@@ -129,6 +129,9 @@ pub(super) struct Contexts<'m> {
     /// Sequences the context holds at once (`--parallel`, where the model and the drafter
     /// allow more than one).
     pub(super) n_seq_max: u32,
+    /// A sequence beyond those, held for evaluating a prompt's changed spans
+    /// (`--reuse-after-change` where the context serves one sequence).
+    pub(super) spare_seq: Option<i32>,
     /// Whether the target computes attention with flash attention: `on` or `off`, what
     /// llama.cpp chose for an `auto` policy (`auto` only if it did not say).
     pub(super) flash_attention: &'static str,
@@ -152,7 +155,11 @@ pub(super) fn create_decoder<'m>(
     let n_batch = config.batch_size.clamp(1, n_ctx);
     let speculating = plan.drafter != Drafter::None;
     let rs_snapshots = if speculating { plan.draft_max } else { 0 };
-    let n_seq_max = sequences(config.parallel, speculating, model.is_recurrent() || model.is_hybrid());
+    let recurrent = model.is_recurrent() || model.is_hybrid();
+    let n_seq_max = sequences(config.parallel, speculating, recurrent);
+    // Reuse past changes evaluates spans on a sequence beside sequence 0: the lanes' free
+    // ones, or this one where there are none.
+    let spare_seq = (config.reuse_after_change && n_seq_max == 1 && !speculating && !recurrent).then_some(1);
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(n_batch)
@@ -163,7 +170,7 @@ pub(super) fn create_decoder<'m>(
         .with_swa_full(config.swa_full)
         // One pool of cells for all sequences: one conversation alone can fill the context,
         // and memory does not grow with --parallel.
-        .with_n_seq_max(n_seq_max)
+        .with_n_seq_max(n_seq_max + u32::from(spare_seq.is_some()))
         .with_kv_unified(true)
         // Recurrent state a verification step may have to roll back: one per draft (llama.cpp
         // keeps it only for architectures that support the rollback).
@@ -215,7 +222,7 @@ pub(super) fn create_decoder<'m>(
         ),
     }
     let rs_snapshots = if drafter == Drafter::None { 0 } else { rs_snapshots };
-    Ok(Contexts { decoder, n_batch: n_batch as usize, rs_snapshots, n_seq_max, flash_attention })
+    Ok(Contexts { decoder, n_batch: n_batch as usize, rs_snapshots, n_seq_max, spare_seq, flash_attention })
 }
 
 /// How many sequences the context holds: `parallel`, or one where requests cannot share

@@ -52,10 +52,12 @@ use tokenizer::Tokenizer;
 pub use config::{physical_cores, ContextOverflow, EngineConfig, FlashAttention};
 pub use error::{EngineError, SpeculationError};
 pub use handles::{EngineLoad, Generation, PendingPrefill};
+pub use policy::ChangeRules;
 pub use request::{
-    CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, Candidate, DiskStatus,
-    DraftStats, Event, FinishReason, GenerationRequest, LaneCounts, ParkingCounts, PrefillReport, Prompt, ReplyCut,
-    SharedSteps, Timings, TokenLogprob, Usage, CEILING_MIN_ROOM, MAX_PREGENERATE, MAX_TOP_LOGPROBS,
+    CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, Candidate, ChangedSpanReport,
+    ChangesReport, DiskStatus, DraftStats, Event, FinishReason, GenerationRequest, LaneCounts, ParkingCounts,
+    PrefillReport, Prompt, ReplyCut, SharedSteps, Timings, TokenLogprob, Usage, CEILING_MIN_ROOM, MAX_PREGENERATE,
+    MAX_TOP_LOGPROBS,
 };
 pub(crate) use request_path::RequestClock;
 pub use request_path::RequestPath;

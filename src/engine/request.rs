@@ -72,6 +72,10 @@ pub struct GenerationRequest {
     /// tokens are then out at once). `None`: the engine's default
     /// ([`EngineConfig::pregenerate`](crate::EngineConfig)); ignored by other requests.
     pub pregenerate: Option<u32>,
+    /// Reuse the cache past short changed spans of the prompt, an approximation
+    /// ([`crate::engine::ChangeRules`]); `None`: the engine's default
+    /// ([`EngineConfig::reuse_after_change`](crate::EngineConfig)).
+    pub reuse_after_change: Option<bool>,
     /// The media parts of a chat prompt, each standing where its
     /// [`marker`](crate::engine::media::MediaInput::marker) is in a message's text.
     pub media: Vec<crate::engine::media::MediaInput>,
@@ -103,6 +107,7 @@ impl GenerationRequest {
             logprobs: None,
             reasoning_budget: None,
             pregenerate: None,
+            reuse_after_change: None,
             media: Vec::new(),
         }
     }
@@ -134,7 +139,7 @@ pub struct Usage {
 }
 
 /// Where the time of one request went.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Timings {
     /// Time spent evaluating the uncached part of the prompt.
     pub prompt: Duration,
@@ -162,7 +167,7 @@ pub struct SharedSteps {
 
 /// What the cache did for one prompt: where its reused tokens came from and, when it could
 /// not serve more of it, why.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CacheReport {
     /// Where the reused tokens came from.
     pub source: CacheSource,
@@ -184,6 +189,32 @@ pub struct CacheReport {
     pub adopted: u32,
     /// Where the prompt cut the reply the cache held (a barge-in's next turn), if it did.
     pub reply_cut: Option<ReplyCut>,
+    /// The changed spans the cache was reused past, where it was (an approximation:
+    /// [`CacheMiss::ReusedAfterChange`]).
+    pub changes: Option<ChangesReport>,
+}
+
+/// What a reuse past changed spans did: the spans evaluated anew, and the cached tokens kept
+/// after them although they were computed attending to the old spans.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChangesReport {
+    /// Each span: where it starts in the prompt, its length in the cache and in the prompt.
+    pub spans: Vec<ChangedSpanReport>,
+    /// Cached tokens kept after the spans.
+    pub kept: u32,
+    /// Prompt tokens evaluated for the spans and the neighbourhoods after them.
+    pub evaluated: u32,
+}
+
+/// One changed span of a [`ChangesReport`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChangedSpanReport {
+    /// Where it starts in the prompt.
+    pub at: u32,
+    /// Its length in the cache.
+    pub old_len: u32,
+    /// Its length in the prompt.
+    pub new_len: u32,
 }
 
 /// Where a prompt left the cache inside the reply it held: the next turn after a barge-in,
@@ -244,6 +275,16 @@ pub enum CacheMiss {
     ReplyCut,
     /// The prompt holds another image or clip where the cache held one.
     MediaChanged,
+    /// The prompt changed in short spans and the cache was reused past them, an approximation
+    /// (where: [`CacheReport::changes`]).
+    ReusedAfterChange,
+    /// The prompt changed in short spans that reuse past changes would have kept what follows,
+    /// but this cache cannot move its positions now (recurrent state, a sliding window without
+    /// its full-size cache, a drafter, or lanes running beside).
+    CannotReuseAfterChange,
+    /// The cache held more of the prompt, but as a reuse past changes kept it (computed with
+    /// an older text), which this request did not accept: evaluated again.
+    ApproximateCells,
 }
 
 impl CacheMiss {
@@ -262,6 +303,9 @@ impl CacheMiss {
             Self::Evicted => "evicted",
             Self::ReplyCut => "reply-cut",
             Self::MediaChanged => "media-changed",
+            Self::ReusedAfterChange => "reused-after-change",
+            Self::CannotReuseAfterChange => "cannot-reuse-after-change",
+            Self::ApproximateCells => "approximate-cells",
         }
     }
 }
@@ -461,7 +505,7 @@ pub struct Candidate {
 }
 
 /// What one prefill did ([`crate::Engine::prefill`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PrefillReport {
     /// Tokens in the prompt.
     pub prompt_tokens: u32,

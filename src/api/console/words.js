@@ -5,6 +5,7 @@ const SOURCES = {
   ram: 'restored from RAM',
   checkpoint: 'restored from a checkpoint',
   disk: 'restored from disk',
+  kept: 'continued a conversation kept in its cells',
   none: 'nothing reused',
 };
 
@@ -33,6 +34,16 @@ function reasonInWords(reason, at) {
       return 'recurrent state cannot be rewound and no checkpoint covered it';
     case 'evicted':
       return 'the entry that would have served it was evicted for the budget';
+    case 'reply-cut':
+      return `the prompt cut the reply the cache held${where}`;
+    case 'media-changed':
+      return `another image or clip${where}`;
+    case 'reused-after-change':
+      return `the prompt changed${where}; what follows the change was kept (approximate)`;
+    case 'cannot-reuse-after-change':
+      return `the prompt changed${where}; this cache cannot keep what follows a change`;
+    case 'approximate-cells':
+      return 'the cache held an approximate reuse past a change, which this request did not accept';
     default:
       return `${reason}${where}`;
   }
@@ -48,6 +59,10 @@ export function cacheInWords(cache) {
   if (cache.restore_ms != null) parts.push(`restore ${ms(cache.restore_ms)}`);
   if (cache.save_ms != null) parts.push(`saved the previous state in ${ms(cache.save_ms)}`);
   if (cache.adopted) parts.push(`took ${cache.adopted} tokens a prefill generated ahead`);
+  if (cache.changes) {
+    const spans = cache.changes.spans.length;
+    parts.push(`kept ${cache.changes.kept} tokens past ${spans} changed span${spans === 1 ? '' : 's'} (${cache.changes.evaluated} evaluated again)`);
+  }
   return parts.join('; ');
 }
 

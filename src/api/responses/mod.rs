@@ -256,6 +256,7 @@ impl ResponseJob {
                 logprobs,
                 reasoning_budget: reasoning_budget("reasoning_budget", body.reasoning_budget)?,
                 pregenerate: None,
+                reuse_after_change: None,
                 media,
             },
             output: constraints.output,

@@ -111,7 +111,7 @@ impl Backend for FakeEngine {
     fn prefill(&self, request: GenerationRequest, _: RenderedPrompt) -> Result<PrefillFuture, EngineError> {
         self.room.clone()?;
         self.submitted.lock().push(request);
-        let outcome = self.prefilled.ok_or(EngineError::ShuttingDown);
+        let outcome = self.prefilled.clone().ok_or(EngineError::ShuttingDown);
         Ok(Box::pin(std::future::ready(outcome)))
     }
 

@@ -80,6 +80,7 @@ pub(super) const CACHE: CacheReport = CacheReport {
     restore: Some(std::time::Duration::from_millis(2)),
     adopted: 0,
     reply_cut: None,
+    changes: None,
 };
 
 pub(super) fn finished(reason: FinishReason) -> Event {

@@ -56,6 +56,29 @@ impl Decoder<'_> {
         self.target_mut().kv_cache_seq_cp(from, to, Some(0), Some(upto as u32)).is_ok()
     }
 
+    /// Drops sequence 0's positions `from..to` (a changed span, [`crate::engine::policy::plan_changes`]).
+    pub(crate) fn remove_positions(&mut self, from: usize, to: usize) -> bool {
+        self.target_mut().kv_cache_seq_rm(0, Some(from as u32), Some(to as u32)).is_ok()
+    }
+
+    /// Moves sequence 0's positions from `from` on by `delta` (llama.cpp rotates their keys
+    /// when it next decodes). Only where the cache can move positions
+    /// ([`crate::engine::ffi::can_shift_positions`]), and never over cells another sequence
+    /// holds too: a cell has one position for all its sequences.
+    pub(crate) fn shift_positions(&mut self, from: usize, delta: isize) -> bool {
+        self.target_mut().kv_cache_seq_add(0, Some(from as u32), None, delta as i32).is_ok()
+    }
+
+    /// Tags sequence `from`'s cells at positions `start..end` with sequence `to` too.
+    pub(crate) fn share_range(&mut self, from: i32, to: i32, start: usize, end: usize) -> bool {
+        self.target_mut().kv_cache_seq_cp(from, to, Some(start as u32), Some(end as u32)).is_ok()
+    }
+
+    /// Whether the target's cache can move positions.
+    pub(crate) fn can_shift(&self) -> bool {
+        matches!(self, Self::Plain(_)) && crate::engine::ffi::can_shift_positions(self.target())
+    }
+
     /// Drops sequence `seq`'s positions from `keep` on (a kept sequence a lane continues).
     pub(crate) fn cut_sequence(&mut self, seq: i32, keep: usize) -> bool {
         self.target_mut().kv_cache_seq_rm(seq, Some(keep as u32), None).is_ok()

@@ -12,6 +12,8 @@
 //! - [`same_conversation`]: whether a live sequence is an older form of a conversation that was
 //!   shortened by its oldest turns (nothing will continue it).
 //! - [`RestoreCosts`]: when a file is worth reading rather than prefilling what it holds.
+//! - [`plan_changes`]: a prompt that changed in short spans (a clock line) keeps what follows
+//!   them, an approximation used only where asked ([`ChangeRules`]).
 //! - [`reply_cut`] and [`reply_checkpoint_due`]: a next turn that cuts the reply (barge-in),
 //!   and the checkpoints inside a reply that serve it where the live cache cannot be cut.
 
@@ -21,10 +23,13 @@ use super::prefix::{common_prefix_len, plan_reuse, window_covers};
 use super::store::usable;
 use super::CacheMiss;
 
+mod change;
 mod reply;
 #[cfg(test)]
 mod tests;
 
+pub use change::ChangeRules;
+pub(crate) use change::{plan_changes, ChangePlan, ChangedSpan};
 pub(crate) use reply::{reply_checkpoint_due, reply_cut, Cut};
 
 /// How many more prompt tokens a RAM entry must spare than the live sequence before it is

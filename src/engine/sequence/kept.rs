@@ -59,7 +59,7 @@ impl LiveSequence<'_> {
     /// Keeps what sequence 0 holds under a sequence of its own, before sequence 0 is cut or
     /// replaced: a free sequence, else the least recently used kept one's (dropped).
     pub(super) fn keep_home(&mut self) {
-        if !self.keeps() || self.cached.is_empty() {
+        if !self.keeps() || self.cached.is_empty() || self.approximate() {
             return;
         }
         let Some(seq) = self.lanes.free.pop().or_else(|| self.drop_oldest_kept(None)) else { return };
@@ -206,6 +206,7 @@ impl LiveSequence<'_> {
         self.lanes.home_cut(shared);
         tracing::debug!(seq, tokens = kept.tokens.len(), "sequence 0 continues a kept conversation");
         self.cached = kept.tokens;
+        self.approximate_from = None;
         true
     }
 }

@@ -60,7 +60,8 @@ impl LiveSequence<'_> {
         let most = prompt.len().saturating_sub(1);
         let target = self.decoder.target();
         let covered = |seq: SeqId, held: usize| window_covers(target.kv_cache_seq_pos_min(seq), held, self.shape.n_swa);
-        let home = common_prefix_len(&self.cached, prompt).min(most);
+        // A lane's request may not accept cells a reuse past changes kept.
+        let home = common_prefix_len(self.reusable_tokens(false), prompt).min(most);
         let mut source = (HOME, if covered(HOME, home) { home } else { 0 });
         for (seq, tokens) in self.lanes.held() {
             let held = common_prefix_len(tokens, prompt).min(most);

@@ -17,16 +17,19 @@ use super::media::projector::{Projector, Segment};
 use super::media::{is_placeholder, MediaSpan};
 use super::policy::{self, CacheShape, EvaluationPlan, LiveView, RestoreCosts};
 use super::prefix::{common_prefix_len, window_covers};
+use super::schedule::SeqId;
 use super::store::StateStore;
 use super::threads::ThreadGovernor;
 use super::{CacheMiss, CacheSource, EngineError};
 
+mod change;
 mod kept;
 mod lane_prefix;
 mod lanes;
 mod restore;
 mod saved;
 
+pub(crate) use change::ChangesReused;
 use lanes::Lanes;
 pub(crate) use lanes::{LaneStart, Remember};
 
@@ -72,6 +75,17 @@ pub(crate) struct LiveSequence<'m> {
     decode_stop: Option<Arc<DecodeStop>>,
     /// Other requests' sequences in the same context (`--parallel`).
     lanes: Lanes<'m>,
+    /// A sequence beside the lanes' kept for evaluating a prompt's changed spans
+    /// ([`change`]), where the context has one (`--reuse-after-change` with one sequence).
+    spare_seq: Option<SeqId>,
+    /// Whether prompts reuse the cache past changed spans unless they say otherwise.
+    change_default: bool,
+    /// The limits of a reuse past changes.
+    change_rules: policy::ChangeRules,
+    /// The first position whose cells a reuse past changes kept from an older text (they were
+    /// computed attending to it): only prompts that accept the approximation reuse them, and
+    /// the live sequence is not saved, kept or checkpointed while it holds such cells.
+    approximate_from: Option<usize>,
 }
 
 /// Decodes can be stopped by a check until this is dropped ([`LiveSequence::stop_decodes_while`]).
@@ -92,7 +106,7 @@ pub(crate) struct PromptMedia<'p> {
 }
 
 /// What reusing the cache did for one prompt.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Reuse {
     /// Prompt tokens the cache holds now; the rest is prefilled.
     pub(crate) keep: usize,
@@ -109,6 +123,8 @@ pub(crate) struct Reuse {
     pub(crate) restore: Option<Duration>,
     /// Where the prompt cut the reply the live sequence held (barge-in), if it did.
     pub(crate) reply_cut: Option<policy::Cut>,
+    /// The changed spans the cache was reused past, where it was ([`change`]).
+    pub(crate) changes: Option<ChangesReused>,
 }
 
 impl<'m> LiveSequence<'m> {
@@ -144,6 +160,10 @@ impl<'m> LiveSequence<'m> {
             threads: None,
             decode_stop,
             lanes: Lanes::new(n_seq_max, n_batch),
+            spare_seq: None,
+            change_default: false,
+            change_rules: policy::ChangeRules::default(),
+            approximate_from: None,
         }
     }
 
@@ -199,6 +219,20 @@ impl<'m> LiveSequence<'m> {
         self.shape
     }
 
+    /// The tokens of the live sequence a prompt may reuse: all of them where it accepts
+    /// cells a reuse past changes kept from an older text, else those before such cells.
+    fn reusable_tokens(&self, approximate: bool) -> &[LlamaToken] {
+        match self.approximate_from {
+            Some(from) if !approximate => &self.cached[..from.min(self.cached.len())],
+            _ => &self.cached,
+        }
+    }
+
+    /// Whether the live sequence holds cells a reuse past changes kept from an older text.
+    pub(crate) fn approximate(&self) -> bool {
+        self.approximate_from.is_some()
+    }
+
     /// The live sequence as the cache policy sees it.
     fn view(&self) -> LiveView<'_> {
         LiveView {
@@ -250,6 +284,7 @@ impl<'m> LiveSequence<'m> {
             return false;
         }
         self.cached.truncate(keep);
+        self.approximate_from = self.approximate_from.filter(|&from| from < keep);
         self.lanes.home_cut(keep);
         self.reply = self.reply.filter(|&(start, _)| keep > start).map(|(start, end)| (start, end.min(keep)));
         // A rollback is single-use until the next batch.
@@ -262,6 +297,7 @@ impl<'m> LiveSequence<'m> {
         self.checkpoint_pending = false;
         self.decoder.clear();
         self.cached.clear();
+        self.approximate_from = None;
         self.lanes.home_cut(0);
         self.rewindable = 0;
         self.reply = None;

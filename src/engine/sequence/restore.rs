@@ -10,6 +10,7 @@ use llama_cpp_2::token::LlamaToken;
 use super::{LiveSequence, Reuse};
 use crate::engine::decoder::SavedState;
 use crate::engine::policy::{self, Derivation, LiveView, Plan, Rules, Source, Stores};
+use crate::engine::prefix::common_prefix_len;
 use crate::engine::store::{Restored, StateBytes};
 use crate::engine::{CacheEntryKind, CacheMiss, CacheSource};
 
@@ -34,8 +35,15 @@ impl LiveSequence<'_> {
     /// Makes the cache hold the longest prefix of `tokens` the policy finds it can serve
     /// correctly: the live sequence cut where the prompt leaves it, or a stored state restored
     /// in its place (the live sequence saved first when the policy says so). At least the last
-    /// token of `tokens` is left to evaluate, so its logits are fresh.
-    pub(crate) fn reuse_prefix(&mut self, tokens: &[LlamaToken], derivation: Derivation<'_>) -> Reuse {
+    /// token of `tokens` is left to evaluate, so its logits are fresh. Where the live sequence
+    /// serves it and `changes` (else the engine's default) says so, the cache is reused past
+    /// short changed spans ([`super::change`]).
+    pub(crate) fn reuse_prefix(
+        &mut self,
+        tokens: &[LlamaToken],
+        derivation: Derivation<'_>,
+        changes: Option<bool>,
+    ) -> Reuse {
         self.save_pending_checkpoint();
         let continued = self.continue_kept(tokens);
         let reply = self.reply.take();
@@ -47,13 +55,45 @@ impl LiveSequence<'_> {
         let mut displaced: Option<(Vec<LlamaToken>, SavedState)> = None;
         let mut save = None;
         let mut reuse = None;
+        let mut changes_blocked = false;
+        let approximate = changes.unwrap_or(self.change_default);
+        // Where cells kept by a reuse past changes begin, if this prompt shares more than that
+        // with the live sequence but does not accept them.
+        let refused_from =
+            (self.approximate_from).filter(|&from| !approximate && common_prefix_len(&self.cached, tokens) > from);
         for attempt in 0..MOST_PLANS {
-            let mut plan = self.plan(tokens, derivation, reply.map(|(start, _)| start));
+            let mut plan = self.plan(tokens, derivation, reply.map(|(start, _)| start), approximate);
             if attempt + 1 == MOST_PLANS {
                 // Entries kept being refused: serve from the live sequence alone.
                 plan = Plan { source: Source::Live, ..plan };
             }
-            if plan.save_live && attempt == 0 {
+            if attempt == 0 && plan.source == Source::Live && approximate {
+                match self.plan_changes(tokens, self.change_rules) {
+                    Ok(Some(change)) => match self.carry_out_changes(tokens, &change) {
+                        Ok(done) => {
+                            return Reuse {
+                                keep: change.end,
+                                source: origin,
+                                diverged_at: Some(change.prefix),
+                                obstacle: Some(CacheMiss::ReusedAfterChange),
+                                save: None,
+                                restore: None,
+                                reply_cut: None,
+                                changes: Some(done),
+                            };
+                        }
+                        // The cache is empty now: plan again from what is left.
+                        Err(e) => {
+                            tracing::warn!("reusing the cache past changed spans failed: {e}");
+                            origin = CacheSource::Live;
+                            continue;
+                        }
+                    },
+                    Ok(None) => {}
+                    Err(()) => changes_blocked = true,
+                }
+            }
+            if plan.save_live && attempt == 0 && self.approximate_from.is_none() {
                 let started = Instant::now();
                 displaced = self.decoder.save().map(|state| (self.cached.clone(), state));
                 let took = started.elapsed();
@@ -72,6 +112,7 @@ impl LiveSequence<'_> {
                 save,
                 restore: None,
                 reply_cut,
+                changes: None,
             };
             let outcome = match plan.source {
                 Source::Live => {
@@ -112,8 +153,17 @@ impl LiveSequence<'_> {
                 save,
                 restore: None,
                 reply_cut: None,
+                changes: None,
             }
         });
+        let mut reuse = reuse;
+        if refused_from.is_some_and(|from| reuse.keep <= from) && reuse.obstacle.is_none() {
+            reuse.obstacle = Some(CacheMiss::ApproximateCells);
+        }
+        if changes_blocked && reuse.obstacle.is_none() && !matches!(reuse.source, CacheSource::Ram | CacheSource::Disk)
+        {
+            reuse.obstacle = Some(CacheMiss::CannotReuseAfterChange);
+        }
         if let Some((held, state)) = displaced {
             self.keep_displaced(held, state);
         }
@@ -122,14 +172,21 @@ impl LiveSequence<'_> {
 
     /// The cache policy's plan for `tokens` now, the live sequence's last reply having begun
     /// at `reply_start`.
-    fn plan(&self, tokens: &[LlamaToken], derivation: Derivation<'_>, reply_start: Option<usize>) -> Plan {
+    /// `approximate`: the prompt accepts cells a reuse past changes kept from an older text.
+    fn plan(
+        &self,
+        tokens: &[LlamaToken],
+        derivation: Derivation<'_>,
+        reply_start: Option<usize>,
+        approximate: bool,
+    ) -> Plan {
         let stores = Stores {
             ram: self.store.as_ref().map(|store| store.views()),
             evicted: self.store.as_ref().map(|store| store.evicted()).unwrap_or_default(),
             disk: self.disk.as_ref().map(|disk| disk.views()).unwrap_or_default(),
         };
         let rules = Rules { min_save: self.min_save, costs: self.costs };
-        let live = LiveView { reply_start, ..self.view() };
+        let live = LiveView { reply_start, tokens: self.reusable_tokens(approximate), ..self.view() };
         policy::plan_prompt(self.shape, live, &stores, tokens, derivation, rules)
     }
 
@@ -249,7 +306,10 @@ impl LiveSequence<'_> {
             Err("llama.cpp refused the state".to_string())
         };
         match &adopted {
-            Ok(()) => self.cached = tokens,
+            Ok(()) => {
+                self.cached = tokens;
+                self.approximate_from = None;
+            }
             Err(reason) => {
                 tracing::warn!("a stored KV state was not restored: {reason}");
                 self.clear();

@@ -119,6 +119,9 @@ impl<'m> LiveSequence<'m> {
 
     /// Saves what the cache holds now as a checkpoint.
     pub(super) fn save_checkpoint(&mut self) {
+        if self.approximate() {
+            return;
+        }
         let started = Instant::now();
         if let Some(state) = self.decoder.save() {
             tracing::debug!(ms = started.elapsed().as_secs_f32() * 1000.0, "checkpoint taken");
@@ -146,6 +149,7 @@ impl<'m> LiveSequence<'m> {
     pub(crate) fn unpersisted(&self) -> bool {
         self.disk.as_ref().is_some_and(|disk| !disk.is_off() && !disk.holds(&self.cached))
             && self.cached.len() >= self.min_save
+            && !self.approximate()
     }
 
     /// Copies the live sequence (the conversation, as its next turn will continue it) for the

@@ -76,7 +76,8 @@ impl Session<'_> {
         };
         let matching = Instant::now();
         let media_changed = !fitted.media.is_empty() && self.media_changed(tokens);
-        let mut reuse = self.sequence.reuse_prefix(tokens, derivation);
+        let changes = if fitted.media.is_empty() { fitted.reuse_after_change } else { Some(false) };
+        let mut reuse = self.sequence.reuse_prefix(tokens, derivation, changes);
         self.keep_media_whole(&mut reuse, &fitted.media);
         let mut cache = self.explain(&reuse, tokens, parts);
         if media_changed
@@ -89,7 +90,13 @@ impl Session<'_> {
         let stored = cache.save.unwrap_or_default() + cache.restore.unwrap_or_default();
         let request = self.clock.take().map(|clock| clock.finish(matching.elapsed().saturating_sub(stored)));
         let keep = reuse.keep;
-        let started = Event::Started { prompt_tokens: tokens.len() as u32, cached_tokens: keep as u32, in_reasoning };
+        // Tokens a reuse past changes evaluated inside what the cache holds now.
+        let respanned = reuse.changes.as_ref().map_or(0, |changes| changes.evaluated);
+        let started = Event::Started {
+            prompt_tokens: tokens.len() as u32,
+            cached_tokens: (keep - respanned) as u32,
+            in_reasoning,
+        };
         events.send(started).map_err(|_| Halt::Cancelled)?;
 
         let marks =
@@ -131,9 +138,9 @@ impl Session<'_> {
             }
             Err(halt) => return Err(halt),
         };
-        let evaluated = self.sequence.tokens().len().saturating_sub(keep);
+        let evaluated = self.sequence.tokens().len().saturating_sub(keep) + respanned;
         Ok(Evaluated {
-            cached: keep,
+            cached: keep - respanned,
             evaluated,
             logits_index,
             cache,
@@ -167,6 +174,7 @@ impl Session<'_> {
             restore: None,
             adopted: 0,
             reply_cut: None,
+            changes: None,
         };
         Ok(Evaluated {
             cached: prompt_tokens,

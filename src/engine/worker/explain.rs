@@ -8,7 +8,7 @@ use super::Session;
 use crate::chat::{Landmarks, PromptPart};
 use crate::engine::media::MediaSpan;
 use crate::engine::sequence::Reuse;
-use crate::engine::{CacheMiss, CacheReport, CacheSource, ReplyCut};
+use crate::engine::{CacheMiss, CacheReport, CacheSource, ChangedSpanReport, ChangesReport, ReplyCut};
 
 impl Session<'_> {
     /// What the cache did for `tokens`, and why it did not serve more: the part of the prompt
@@ -24,16 +24,29 @@ impl Session<'_> {
                 reuse.obstacle.or_else(|| reuse.diverged_at.and_then(|at| self.diverged_in(tokens, at, parts)))
             }
         };
+        let changes = reuse.changes.as_ref().map(|changes| ChangesReport {
+            spans: (changes.spans.iter())
+                .map(|span| ChangedSpanReport {
+                    at: span.at as u32,
+                    old_len: span.old_len as u32,
+                    new_len: span.new_len as u32,
+                })
+                .collect(),
+            kept: changes.kept as u32,
+            evaluated: changes.evaluated as u32,
+        });
+        let respanned = reuse.changes.as_ref().map_or(0, |changes| changes.evaluated);
         CacheReport {
             adopted: 0,
             source: reuse.source,
-            reused: reuse.keep as u32,
-            prefilled: (tokens.len() - reuse.keep) as u32,
+            reused: (reuse.keep - respanned) as u32,
+            prefilled: (tokens.len() - reuse.keep + respanned) as u32,
             diverged_at: reuse.diverged_at.map(|at| at as u32),
             reason,
             save: reuse.save,
             restore: reuse.restore,
             reply_cut: reply_cut.map(|cut| ReplyCut { kept: cut.kept as u32, held: cut.held as u32 }),
+            changes,
         }
     }
 

@@ -244,10 +244,11 @@ impl<'m> Session<'m> {
         // The window llama.cpp applies, which the GGUF key alone does not always tell.
         let n_swa = effective_sliding_window(model);
         let n_ctx_train = model.n_ctx_train();
-        let Contexts { decoder, n_batch, rs_snapshots, n_seq_max, flash_attention } =
+        let Contexts { decoder, n_batch, rs_snapshots, n_seq_max, spare_seq, flash_attention } =
             create_decoder(backend, model, draft_model, plan, config)?;
         let recurrent = model.is_recurrent() || model.is_hybrid();
         let mut sequence = LiveSequence::new(decoder, n_batch, n_swa, recurrent, rs_snapshots as usize, n_seq_max);
+        sequence.reuse_past_changes(config.reuse_after_change, config.change_rules, spare_seq);
         let mut budget = usize::try_from(cache_ram_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         let projector = match &config.mmproj {
             Some(path) => {

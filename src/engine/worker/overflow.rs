@@ -28,6 +28,8 @@ pub(super) struct FittedPrompt {
     pub(super) full_tokens: Option<Vec<LlamaToken>>,
     /// Where its media lie among its tokens.
     pub(super) media: Vec<MediaSpan>,
+    /// Whether the request asked for reuse past changed spans (`None`: the engine's default).
+    pub(super) reuse_after_change: Option<bool>,
 }
 
 /// How many oldest turns the last shortened conversation left out, and a hash of their
@@ -65,6 +67,7 @@ impl Session<'_> {
                     dropped_messages: 0,
                     full_tokens: None,
                     media,
+                    reuse_after_change: request.reuse_after_change,
                 })
             }
             Err(overflow) => overflow,
@@ -120,6 +123,7 @@ impl Session<'_> {
                 dropped_messages: dropped_messages as u32,
                 full_tokens: None,
                 media,
+                reuse_after_change: request.reuse_after_change,
             })
         };
         if last.turns > 0 && last.turns < turns.len() && hash_messages(turns.oldest(last.turns)) == last.hash {
