@@ -339,3 +339,53 @@ async fn a_reserialized_call_in_the_history_keeps_the_cache() {
     assert!(reused + 3 >= prompt + reply, "reused {reused} of prompt {prompt} + reply {reply}: {cache}");
     println!("SmolLM2 re-serialized call: prompt {prompt} + reply {reply}, next turn reused {reused}: {cache}");
 }
+
+/// A required call that is complete ends where another would not fit in `max_tokens`, rather
+/// than start a further parallel call that the limit cuts (`finish_reason: "length"`). The end
+/// of generation is banned here, so after its first call the model can only go on to another:
+/// with room for one more it does; with less, the answer ends after the first, as
+/// `tool_calls`.
+#[tokio::test]
+async fn a_complete_required_call_ends_where_another_would_not_fit() {
+    let (_guard, server) = exclusive_server().await;
+    let (status, tokens) = common::post_json(
+        &server.base,
+        "/tokenize",
+        &json!({"content": "<|im_end|><|endoftext|>", "parse_special": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{tokens}");
+    let bias: serde_json::Map<String, Value> =
+        tokens["tokens"].as_array().expect("tokens").iter().map(|t| (t.to_string(), json!(-100))).collect();
+    let ask = |max_tokens: u32| {
+        request(
+            "You are a home assistant.",
+            "What's the weather in Paris?",
+            json!("required"),
+            json!({"temperature": 0, "max_tokens": max_tokens, "logit_bias": bias}),
+        )
+    };
+    // With plenty of room: calls until the limit, the first one complete.
+    let (status, long) = post(&server.base, &ask(200)).await;
+    assert_eq!(status, 200, "{long}");
+    let calls = long["choices"][0]["message"]["tool_calls"].as_array().expect("calls").len();
+    assert!(calls >= 2, "with the end banned it goes on to further calls: {long}");
+    // The first call's length, from the same greedy answer cut after it.
+    let one = request(
+        "You are a home assistant.",
+        "What's the weather in Paris?",
+        json!("required"),
+        json!({"temperature": 0, "max_tokens": 200, "parallel_tool_calls": false}),
+    );
+    let (_, single) = post(&server.base, &one).await;
+    let first = single["usage"]["completion_tokens"].as_u64().expect("tokens") as u32;
+    // Room for the first call and a little more, not for a second.
+    let (status, tight) = post(&server.base, &ask(first + 8)).await;
+    assert_eq!(status, 200, "{tight}");
+    let choice = &tight["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{tight}");
+    let calls = choice["message"]["tool_calls"].as_array().expect("calls");
+    assert_eq!(calls.len(), 1, "{tight}");
+    check_call("get_weather", calls[0]["function"]["arguments"].as_str().expect("arguments")).expect("valid");
+    assert!(tight["usage"]["completion_tokens"].as_u64().expect("tokens") < u64::from(first + 8), "{tight}");
+}

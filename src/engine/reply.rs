@@ -71,6 +71,10 @@ pub(super) struct Reply<'j> {
     replay: Option<Replay<'j>>,
     /// Every token picked with its logits, to park the reply if the client leaves.
     recording: Option<Recording>,
+    /// When the answer must match a grammar (a required call, JSON): the tokens of the smallest
+    /// answer it accepts. A complete answer then ends where another would not fit
+    /// ([`Reply::pick`]).
+    answer_tokens: Option<u32>,
 }
 
 /// A reply's picked tokens, each with the logits it was picked from (and those of the step
@@ -157,7 +161,15 @@ impl<'j> Reply<'j> {
             adopted: 0,
             replay: None,
             recording: None,
+            answer_tokens: None,
         }
+    }
+
+    /// The answer must match a grammar whose smallest answer is `answer_tokens` long (`None`:
+    /// free text, or a lazy grammar).
+    pub(super) fn with_answer(mut self, answer_tokens: Option<u32>) -> Self {
+        self.answer_tokens = answer_tokens;
+        self
     }
 
     /// The reply records its tokens and their logits, up to `most` steps (see [`Recording`]).
@@ -287,7 +299,9 @@ impl<'j> Reply<'j> {
             .and_then(|r| r.answer_tokens)
             .zip(close.as_ref())
             .map(|(answer, close)| answer_room(close.len() as u32, answer));
+        let another_answer = self.answer_tokens.map(|answer| answer_room(0, answer));
         Generating {
+            another_answer,
             picker,
             tokenizer: tokenizer.clone(),
             utf8: Utf8Stream::default(),
@@ -335,14 +349,24 @@ impl<'j> Reply<'j> {
             return self.finish(generating, FinishReason::Stop).map(Picked::Done);
         }
         fail::fail_point!("engine::token");
-        let picker = &mut generating.picker;
-        let thinking = picker.in_reasoning();
+        let thinking = generating.picker.in_reasoning();
         if let (Some(limit), Some(close)) = (self.reasoning, generating.close.as_ref()) {
             let end = reasoning_must_end(self.limit, self.tokens, self.reasoning_tokens, limit.budget, generating.room);
             if thinking && generating.forced.is_none() && end {
                 generating.forced = Some(close.iter().copied().collect());
             }
         }
+        // A complete answer (the grammar may end here: a whole call, a closed JSON value) that
+        // the model goes on from by opening something the grammar cannot end inside (a further
+        // parallel call) ends here instead, once another answer would not fit: `max_tokens`
+        // would cut it and the reply end with `length`. Free text the grammar may end anywhere
+        // in (a text reply's words) goes on.
+        let left = self.limit.saturating_sub(self.tokens);
+        let complete = generating.another_answer.is_some_and(|another| left <= another)
+            && !thinking
+            && generating.forced.is_none()
+            && generating.picker.answer_may_end();
+        let picker = &mut generating.picker;
         let token = match generating.forced.as_mut().and_then(VecDeque::pop_front) {
             Some(token) => {
                 picker.force(token)?;
@@ -350,6 +374,9 @@ impl<'j> Reply<'j> {
             }
             None => picker.pick(logits)?,
         };
+        if complete && !generating.tokenizer.model().vocab().is_eog(token) && !generating.picker.answer_may_end() {
+            return self.finish(generating, FinishReason::Stop).map(Picked::Done);
+        }
         if let Some(recording) = self.recording.as_mut() {
             recording.tokens.push(token);
         }
@@ -465,6 +492,9 @@ pub(super) struct Generating<'p> {
     close: Option<Vec<LlamaToken>>,
     /// The tokens the answer keeps when it must match a grammar ([`answer_room`]).
     room: Option<u32>,
+    /// The tokens another answer would need after a complete one (an answer that must match a
+    /// grammar): with no more left, a complete answer ends there.
+    another_answer: Option<u32>,
     /// Context size in tokens.
     n_ctx: usize,
 }

@@ -305,6 +305,13 @@ impl<'m> TokenPicker<'m> {
         }
     }
 
+    /// Whether the constrained output is complete: the active grammar would take the end of
+    /// generation here (false without one, or while a lazy grammar waits for its trigger).
+    pub(crate) fn answer_may_end(&mut self) -> bool {
+        let end = self.model.vocab().eos();
+        self.constraint.as_mut().filter(|c| c.awaiting.is_none()).is_some_and(|c| allows(&mut c.grammar, end))
+    }
+
     /// Whether a grammar constrains the output now (a lazy grammar once its trigger appeared):
     /// stop strings do not apply to constrained output.
     pub(crate) fn constraining(&self) -> bool {

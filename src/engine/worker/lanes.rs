@@ -119,11 +119,12 @@ impl<'m> Session<'m> {
         let matching = Instant::now();
         let request = &job.request;
         let budget = request.reasoning_budget.or(self.reasoning_budget);
-        let answer_tokens = reasoning.and(request.grammar.as_ref()).and_then(|grammar| self.smallest_answer(grammar));
+        let answer_tokens = request.grammar.as_ref().and_then(|grammar| self.smallest_answer(grammar));
         let signals = self.signals;
         let mut reply =
             Reply::new(job.events.clone(), Arc::clone(&job.finish_requested), &signals.shutting_down, limit)
-                .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget, answer_tokens }));
+                .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget, answer_tokens }))
+                .with_answer(answer_tokens);
         let generating = reply.begin(&self.tokenizer, request, picker, n_ctx as usize);
         let chat = Arc::clone(&self.chat);
         let tools = match &request.prompt {

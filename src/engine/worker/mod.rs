@@ -485,9 +485,10 @@ impl<'m> Session<'m> {
 
         let generation_start = Instant::now();
         let budget = request.reasoning_budget.or(self.reasoning_budget);
-        let answer_tokens = reasoning.and(request.grammar.as_ref()).and_then(|grammar| self.smallest_answer(grammar));
+        let answer_tokens = request.grammar.as_ref().and_then(|grammar| self.smallest_answer(grammar));
         let mut reply = Reply::new(events.clone(), Arc::clone(finish_requested), shutting_down, limit)
             .with_reasoning(reasoning.map(|format| ReasoningLimit { format, budget, answer_tokens }))
+            .with_answer(answer_tokens)
             .with_replay(parked.as_ref().map(Parked::replay))
             .with_recording(self.recorded_steps());
         let mut generating = reply.begin(&self.tokenizer, request, picker, self.sequence.n_ctx() as usize);
