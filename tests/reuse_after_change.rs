@@ -149,18 +149,20 @@ fn a_request_that_does_not_accept_the_approximation_never_reuses_its_cells() {
     let changed = system("16:05:41", "off");
     let (reused, _) = run(&engine, request(&changed, Some(true)));
     assert_eq!(reused.timings.cache.reason, Some(CacheMiss::ReusedAfterChange));
+    let clock_at = reused.timings.cache.changes.as_ref().expect("spans").spans[0].at;
+    assert_eq!(common::settled_cache(&engine).live_approximate_from, Some(clock_at), "/cache says where");
     // The same prompt again, without the approximation: the cells kept past the clock are
     // evaluated again, and the reply is the exact one.
     let (again, _) = run(&engine, request(&changed, None));
     let cache = &again.timings.cache;
     assert_eq!(cache.reason, Some(CacheMiss::ApproximateCells), "{cache:?}");
-    let clock_at = reused.timings.cache.changes.as_ref().expect("spans").spans[0].at;
     assert!(cache.reused <= clock_at, "nothing kept past the change: {cache:?}");
     let (exact, _) = exact(&config, &changed);
     assert_eq!(again.text, exact.text);
     // Now exact again: the next request reuses all of it.
     let (third, _) = run(&engine, request(&changed, None));
     assert_eq!(third.timings.cache.reason, Some(CacheMiss::PromptShorter));
+    assert_eq!(common::settled_cache(&engine).live_approximate_from, None);
 }
 
 #[test]
@@ -181,6 +183,9 @@ fn a_kept_conversation_sharing_the_moved_cells_is_not_disturbed() {
     };
     generate(&engine, ask(&clock, "Which lights are in Room 2? Name them, please.", None));
     generate(&engine, ask(&clock, "Is light 7 on? Answer yes or no, nothing more than that.", None));
+    let kept = common::settled_cache(&engine).kept;
+    assert_eq!(kept.len(), 1, "X is kept in its cells: {kept:?}");
+    assert!(kept[0].shared > 500 && kept[0].shared < kept[0].tokens, "sharing the system prompt: {kept:?}");
     let moved = generate(&engine, ask(&system("4:01 in the afternoon", "off"), "Is light 7 on?", Some(true)));
     assert_eq!(moved.timings.cache.reason, Some(CacheMiss::ReusedAfterChange), "{:?}", moved.timings.cache);
     let x = ask(&clock, "Which lights are in Room 2? Name them, please.", None);

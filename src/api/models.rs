@@ -7,7 +7,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::error::ApiError;
-use super::wire::{CacheEntryView, CacheView, DiskCacheView, MediaCacheView, ModelCard, ModelList, ModelMeta};
+use super::wire::{
+    CacheEntryView, CacheView, DiskCacheView, KeptView, MediaCacheView, ModelCard, ModelList, ModelMeta,
+};
 use super::AppState;
 use crate::engine::media::MediaKind;
 use crate::engine::CacheEntryStatus;
@@ -89,5 +91,9 @@ pub(super) async fn cache(State(state): State<Arc<AppState>>) -> Result<Json<Cac
             budget_bytes: media.budget_bytes,
             used_bytes: media.used_bytes,
         }),
+        kept: (status.kept.iter())
+            .map(|kept| KeptView { sequence: kept.sequence, tokens: kept.tokens, shared: kept.shared })
+            .collect(),
+        live_approximate_from: status.live_approximate_from,
     }))
 }

@@ -274,6 +274,22 @@ pub(super) struct CacheView {
     /// projector.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub media: Option<MediaCacheView>,
+    /// Conversations kept in their cells (`--parallel`), most recently used first.
+    pub kept: Vec<KeptView>,
+    /// Where the live sequence's cells kept past a changed span begin (absent: it holds none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_approximate_from: Option<u32>,
+}
+
+/// A kept conversation in `GET /cache`.
+#[derive(Debug, Serialize)]
+pub(super) struct KeptView {
+    /// Its sequence.
+    pub sequence: i32,
+    /// Tokens it holds.
+    pub tokens: u32,
+    /// Of these, those whose cells the live sequence shares.
+    pub shared: u32,
 }
 
 /// The kept media in `GET /cache`.

@@ -55,9 +55,9 @@ pub use handles::{EngineLoad, Generation, PendingPrefill};
 pub use policy::ChangeRules;
 pub use request::{
     CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, Candidate, ChangedSpanReport,
-    ChangesReport, DiskStatus, DraftStats, Event, FinishReason, GenerationRequest, LaneCounts, ParkingCounts,
-    PrefillReport, Prompt, ReplyCut, SharedSteps, Timings, TokenLogprob, Usage, CEILING_MIN_ROOM, MAX_PREGENERATE,
-    MAX_TOP_LOGPROBS,
+    ChangesReport, DiskStatus, DraftStats, Event, FinishReason, GenerationRequest, KeptStatus, LaneCounts,
+    ParkingCounts, PrefillReport, Prompt, ReplyCut, SharedSteps, Timings, TokenLogprob, Usage, CEILING_MIN_ROOM,
+    MAX_PREGENERATE, MAX_TOP_LOGPROBS,
 };
 pub(crate) use request_path::RequestClock;
 pub use request_path::RequestPath;

@@ -347,6 +347,22 @@ pub struct CacheStatus {
     pub lanes: LaneCounts,
     /// The media kept decoded and tokenized (with a projector), read live.
     pub media: Option<crate::engine::media::MediaCacheStatus>,
+    /// Conversations kept in their cells (`--parallel`), most recently used first.
+    pub kept: Vec<KeptStatus>,
+    /// Where the live sequence's cells kept past a changed span begin (computed with an older
+    /// text: only requests that accept reuse past changes reuse them); `None` when it holds none.
+    pub live_approximate_from: Option<u32>,
+}
+
+/// A conversation kept in its cells under a sequence of its own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeptStatus {
+    /// Its sequence in the context.
+    pub sequence: i32,
+    /// Tokens it holds.
+    pub tokens: u32,
+    /// Of these, the first ones whose cells the live sequence holds too.
+    pub shared: u32,
 }
 
 /// Requests served in lanes: sequences of their own beside the live sequence's reply.

@@ -180,6 +180,8 @@ async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
             off: None,
             read_only: Some("another instance with the same settings (process 7) writes this directory".into()),
         }),
+        kept: vec![crate::engine::KeptStatus { sequence: 2, tokens: 700, shared: 650 }],
+        live_approximate_from: Some(12),
         ..CacheStatus::default()
     };
     let (status, view) = call(&Arc::new(engine), Method::GET, "/cache", Body::empty()).await;
@@ -192,7 +194,8 @@ async fn the_cache_view_lists_the_live_sequence_and_the_entries() {
                 "bytes_written": 9u64 << 20, "signature_bytes": 300u64 << 10,
                 "entries": [{"kind": "snapshot", "tokens": 1300, "bytes": 7u64 << 20, "last_used": 1_700_000_000.0}],
                 "off": null,
-                "read_only": "another instance with the same settings (process 7) writes this directory"}})
+                "read_only": "another instance with the same settings (process 7) writes this directory"},
+            "kept": [{"sequence": 2, "tokens": 700, "shared": 650}], "live_approximate_from": 12})
     );
     let loading = Arc::new(FakeEngine::without_model(EngineError::Loading));
     let (status, _) = call(&loading, Method::GET, "/cache", Body::empty()).await;

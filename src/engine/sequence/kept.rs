@@ -20,6 +20,7 @@ use super::lanes::HOME;
 use super::LiveSequence;
 use crate::engine::prefix::{common_prefix_len, window_covers};
 use crate::engine::schedule::SeqId;
+use crate::engine::KeptStatus;
 
 /// A conversation's cells under a sequence no request is served from.
 pub(super) struct Kept {
@@ -54,6 +55,19 @@ impl LiveSequence<'_> {
     /// How many sequences are kept.
     pub(crate) fn kept_count(&self) -> usize {
         self.lanes.kept.len()
+    }
+
+    /// The kept conversations, most recently used first.
+    pub(super) fn kept_status(&self) -> Vec<KeptStatus> {
+        let mut kept: Vec<&Kept> = self.lanes.kept.iter().collect();
+        kept.sort_by_key(|kept| std::cmp::Reverse(kept.used));
+        (kept.into_iter())
+            .map(|kept| KeptStatus {
+                sequence: kept.seq,
+                tokens: kept.tokens.len() as u32,
+                shared: kept.shared.min(kept.tokens.len()) as u32,
+            })
+            .collect()
     }
 
     /// Keeps what sequence 0 holds under a sequence of its own, before sequence 0 is cut or

@@ -80,6 +80,8 @@ impl<'m> LiveSequence<'m> {
             live_tokens: self.cached.len() as u32,
             checkpoint_every: self.checkpoint_every.map(|every| every as u32),
             disk: self.disk.as_ref().map(DiskCache::status),
+            kept: self.kept_status(),
+            live_approximate_from: self.approximate_from.map(|from| from as u32),
             ..CacheStatus::default()
         };
         if let Some(store) = &self.store {
