@@ -195,3 +195,23 @@ fn a_kept_conversation_sharing_the_moved_cells_is_not_disturbed() {
     eprintln!("{:?}\n{:?}\n{:?}", again.timings.cache, again.text, expected.text);
     assert_eq!(again.text, expected.text, "X's cells were not moved under it");
 }
+
+/// Reply tokens a prefill generated ahead after a reuse past changes are adopted only by a
+/// request that accepts the approximation; another evaluates its prompt again and answers
+/// exactly.
+#[test]
+fn tokens_generated_ahead_from_approximate_cells_go_only_to_a_request_that_accepts_them() {
+    let config = common::test_config(smollm2_path());
+    let engine = Engine::start(config.clone()).expect("the model loads");
+    run(&engine, request(&system("16:00:24", "off"), None));
+    let changed = system("16:05:41", "off");
+    let ahead = GenerationRequest { pregenerate: Some(8), ..request(&changed, Some(true)) };
+    let report = engine.prefill(ahead).expect("queued").wait_blocking().expect("prefilled");
+    assert_eq!(report.timings.cache.reason, Some(CacheMiss::ReusedAfterChange), "{:?}", report.timings.cache);
+    let (exact_again, _) = run(&engine, request(&changed, Some(false)));
+    let cache = &exact_again.timings.cache;
+    assert_eq!(cache.adopted, 0, "nothing generated from approximate cells: {cache:?}");
+    assert_eq!(cache.reason, Some(CacheMiss::ApproximateCells), "{cache:?}");
+    let (exact, _) = exact(&config, &changed);
+    assert_eq!(exact_again.text, exact.text);
+}

@@ -233,6 +233,11 @@ impl<'m> LiveSequence<'m> {
         self.approximate_from.is_some()
     }
 
+    /// Whether a request that `asked` (or, `None`, the engine's default) accepts such cells.
+    pub(crate) fn accepts_approximate(&self, asked: Option<bool>) -> bool {
+        asked.unwrap_or(self.change_default)
+    }
+
     /// The live sequence as the cache policy sees it.
     fn view(&self) -> LiveView<'_> {
         LiveView {

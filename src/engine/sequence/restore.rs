@@ -56,7 +56,7 @@ impl LiveSequence<'_> {
         let mut save = None;
         let mut reuse = None;
         let mut changes_blocked = false;
-        let approximate = changes.unwrap_or(self.change_default);
+        let approximate = self.accepts_approximate(changes);
         // Where cells kept by a reuse past changes begin, if this prompt shares more than that
         // with the live sequence but does not accept them.
         let refused_from =

@@ -108,10 +108,12 @@ impl Session<'_> {
     }
 
     /// The parked generation, for a request whose prompt is `prompt`: adopted if it can be,
-    /// else discarded.
-    pub(super) fn take_parked(&mut self, prompt: &[LlamaToken]) -> Option<Parked> {
+    /// else discarded. A request that does not accept cells kept past a changed span
+    /// (`approximate`) never adopts tokens generated after them.
+    pub(super) fn take_parked(&mut self, prompt: &[LlamaToken], approximate: bool) -> Option<Parked> {
         let parked = self.parked.take()?;
-        if parked.adoptable(prompt, self.sequence.tokens(), self.park_for) {
+        let from_approximate = self.sequence.approximate() && !approximate;
+        if !from_approximate && parked.adoptable(prompt, self.sequence.tokens(), self.park_for) {
             self.parking.adopted += 1;
             Some(parked)
         } else {
