@@ -161,6 +161,19 @@ struct Tally {
     prompt: Duration,
 }
 
+impl Tally {
+    /// One follow-up turn: `reply` against the `exact` one.
+    fn count(&mut self, exact: &Reply, reply: &Reply) {
+        self.turns += 1;
+        self.reused += usize::from(reply.reused);
+        self.kl.push(kl(&exact.first, &reply.first));
+        self.top1_same += usize::from(exact.first.first().map(|f| f.0) == reply.first.first().map(|f| f.0));
+        self.reply_same += usize::from(exact.text == reply.text);
+        self.evaluated += u64::from(reply.evaluated);
+        self.prompt += reply.prompt;
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let model =
@@ -213,26 +226,10 @@ fn main() {
                 if turn > 0 {
                     // Another conversation first, so the prompt is evaluated whole.
                     run(&whole, &[ChatMessage::user("Hello.")]);
-                    let fresh = run(&whole, &messages);
-                    resplit.turns += 1;
-                    resplit.kl.push(kl(&exact.first, &fresh.first));
-                    resplit.top1_same +=
-                        usize::from(exact.first.first().map(|f| f.0) == fresh.first.first().map(|f| f.0));
-                    resplit.reply_same += usize::from(exact.text == fresh.text);
-                    resplit.evaluated += u64::from(fresh.evaluated);
-                    resplit.prompt += fresh.prompt;
-                    exact_tally.turns += 1;
-                    exact_tally.evaluated += u64::from(exact.evaluated);
-                    exact_tally.prompt += exact.prompt;
+                    resplit.count(&exact, &run(&whole, &messages));
+                    exact_tally.count(&exact, &exact);
                     for (tally, reply) in tallies.iter_mut().zip(&replies) {
-                        tally.turns += 1;
-                        tally.reused += usize::from(reply.reused);
-                        tally.kl.push(kl(&exact.first, &reply.first));
-                        tally.top1_same +=
-                            usize::from(exact.first.first().map(|f| f.0) == reply.first.first().map(|f| f.0));
-                        tally.reply_same += usize::from(exact.text == reply.text);
-                        tally.evaluated += u64::from(reply.evaluated);
-                        tally.prompt += reply.prompt;
+                        tally.count(&exact, reply);
                     }
                 }
                 // Both continue with the exact reply, so every turn's prompt is the same on all.

@@ -1,6 +1,7 @@
-//! What the decoder does for lanes (`--parallel`): several sequences' tokens in one batch, a
-//! prefix shared between sequences, a lane's state saved, restored and dropped. Only the
-//! target context: lanes run without a drafter.
+//! What the decoder does for lanes (`--parallel`) and for a reuse past changed spans: several
+//! sequences' tokens in one batch, cells shared between sequences, a lane's state saved,
+//! restored and dropped, sequence 0's positions removed and moved. Only the target context:
+//! lanes and changed spans run without a drafter.
 
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;

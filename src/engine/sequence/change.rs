@@ -13,7 +13,7 @@ use super::LiveSequence;
 use crate::engine::decoder::SharedPart;
 use crate::engine::policy::{self, ChangePlan, ChangeRules, ChangedSpan};
 use crate::engine::schedule::SeqId;
-use crate::engine::EngineError;
+use crate::engine::{ChangedSpanReport, ChangesReport, EngineError};
 
 /// What a reuse past changes did, for the cache report.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +24,20 @@ pub(crate) struct ChangesReused {
     pub(crate) kept: usize,
     /// Prompt tokens the spans and their neighbourhoods evaluated.
     pub(crate) evaluated: usize,
+}
+
+impl ChangesReused {
+    /// As the cache report gives it.
+    pub(crate) fn report(&self) -> ChangesReport {
+        let spans = (self.spans.iter())
+            .map(|span| ChangedSpanReport {
+                at: span.at as u32,
+                old_len: span.old_len as u32,
+                new_len: span.new_len as u32,
+            })
+            .collect();
+        ChangesReport { spans, kept: self.kept as u32, evaluated: self.evaluated as u32 }
+    }
 }
 
 impl LiveSequence<'_> {

@@ -127,6 +127,14 @@ pub(crate) struct Reuse {
     pub(crate) changes: Option<ChangesReused>,
 }
 
+impl Reuse {
+    /// Tokens among the `keep` the cache holds that a reuse past changes evaluated (the spans
+    /// and their neighbourhoods): not reused.
+    pub(crate) fn evaluated_inside(&self) -> usize {
+        self.changes.as_ref().map_or(0, |changes| changes.evaluated)
+    }
+}
+
 impl<'m> LiveSequence<'m> {
     /// An empty sequence over a fresh `decoder`, whose context takes `n_batch` tokens per
     /// decode and keeps `rs_snapshots` recurrent-state snapshots (`recurrent` models).

@@ -36,13 +36,14 @@ impl LiveSequence<'_> {
     /// correctly: the live sequence cut where the prompt leaves it, or a stored state restored
     /// in its place (the live sequence saved first when the policy says so). At least the last
     /// token of `tokens` is left to evaluate, so its logits are fresh. Where the live sequence
-    /// serves it and `changes` (else the engine's default) says so, the cache is reused past
-    /// short changed spans ([`super::change`]).
+    /// serves it and the prompt accepts the approximation (`approximate`), the cache is reused
+    /// past short changed spans ([`super::change`]); otherwise cells kept by such a reuse are
+    /// not reused.
     pub(crate) fn reuse_prefix(
         &mut self,
         tokens: &[LlamaToken],
         derivation: Derivation<'_>,
-        changes: Option<bool>,
+        approximate: bool,
     ) -> Reuse {
         self.save_pending_checkpoint();
         let continued = self.continue_kept(tokens);
@@ -56,7 +57,6 @@ impl LiveSequence<'_> {
         let mut save = None;
         let mut reuse = None;
         let mut changes_blocked = false;
-        let approximate = self.accepts_approximate(changes);
         // Where cells kept by a reuse past changes begin, if this prompt shares more than that
         // with the live sequence but does not accept them.
         let refused_from =

@@ -76,8 +76,7 @@ impl Session<'_> {
         };
         let matching = Instant::now();
         let media_changed = !fitted.media.is_empty() && self.media_changed(tokens);
-        let changes = if fitted.media.is_empty() { fitted.reuse_after_change } else { Some(false) };
-        let mut reuse = self.sequence.reuse_prefix(tokens, derivation, changes);
+        let mut reuse = self.sequence.reuse_prefix(tokens, derivation, fitted.approximate);
         self.keep_media_whole(&mut reuse, &fitted.media);
         let mut cache = self.explain(&reuse, tokens, parts);
         if media_changed
@@ -90,8 +89,7 @@ impl Session<'_> {
         let stored = cache.save.unwrap_or_default() + cache.restore.unwrap_or_default();
         let request = self.clock.take().map(|clock| clock.finish(matching.elapsed().saturating_sub(stored)));
         let keep = reuse.keep;
-        // Tokens a reuse past changes evaluated inside what the cache holds now.
-        let respanned = reuse.changes.as_ref().map_or(0, |changes| changes.evaluated);
+        let respanned = reuse.evaluated_inside();
         let started = Event::Started {
             prompt_tokens: tokens.len() as u32,
             cached_tokens: (keep - respanned) as u32,

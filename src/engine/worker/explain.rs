@@ -7,8 +7,8 @@ use llama_cpp_2::token::LlamaToken;
 use super::Session;
 use crate::chat::{Landmarks, PromptPart};
 use crate::engine::media::MediaSpan;
-use crate::engine::sequence::Reuse;
-use crate::engine::{CacheMiss, CacheReport, CacheSource, ChangedSpanReport, ChangesReport, ReplyCut};
+use crate::engine::sequence::{ChangesReused, Reuse};
+use crate::engine::{CacheMiss, CacheReport, CacheSource, ReplyCut};
 
 impl Session<'_> {
     /// What the cache did for `tokens`, and why it did not serve more: the part of the prompt
@@ -24,18 +24,7 @@ impl Session<'_> {
                 reuse.obstacle.or_else(|| reuse.diverged_at.and_then(|at| self.diverged_in(tokens, at, parts)))
             }
         };
-        let changes = reuse.changes.as_ref().map(|changes| ChangesReport {
-            spans: (changes.spans.iter())
-                .map(|span| ChangedSpanReport {
-                    at: span.at as u32,
-                    old_len: span.old_len as u32,
-                    new_len: span.new_len as u32,
-                })
-                .collect(),
-            kept: changes.kept as u32,
-            evaluated: changes.evaluated as u32,
-        });
-        let respanned = reuse.changes.as_ref().map_or(0, |changes| changes.evaluated);
+        let respanned = reuse.evaluated_inside();
         CacheReport {
             adopted: 0,
             source: reuse.source,
@@ -46,7 +35,7 @@ impl Session<'_> {
             save: reuse.save,
             restore: reuse.restore,
             reply_cut: reply_cut.map(|cut| ReplyCut { kept: cut.kept as u32, held: cut.held as u32 }),
-            changes,
+            changes: reuse.changes.as_ref().map(ChangesReused::report),
         }
     }
 

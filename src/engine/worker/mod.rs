@@ -472,8 +472,7 @@ impl<'m> Session<'m> {
         let reserved = fitted.tokens.len() + fitted.limit as usize;
         self.make_room(&fitted.tokens, reserved);
         let (picker, reasoning, reasoning_opened) = self.reply_picker(request, fitted.text.as_deref())?;
-        let approximate = self.sequence.accepts_approximate(fitted.reuse_after_change);
-        let parked = self.take_parked(&fitted.tokens, approximate && fitted.media.is_empty());
+        let parked = self.take_parked(&fitted.tokens, fitted.approximate);
         let Evaluated { cached, logits_index, mut cache, time: prompt_time, request: request_path, .. } = match &parked
         {
             Some(_) => self.adopt_parked(&fitted, events, reasoning_opened)?,

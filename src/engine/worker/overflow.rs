@@ -28,8 +28,9 @@ pub(super) struct FittedPrompt {
     pub(super) full_tokens: Option<Vec<LlamaToken>>,
     /// Where its media lie among its tokens.
     pub(super) media: Vec<MediaSpan>,
-    /// Whether the request asked for reuse past changed spans (`None`: the engine's default).
-    pub(super) reuse_after_change: Option<bool>,
+    /// Whether the request accepts cells a reuse past changed spans keeps from an older text
+    /// (it asked, or the engine's default says so, and the prompt holds no media).
+    pub(super) approximate: bool,
 }
 
 /// How many oldest turns the last shortened conversation left out, and a hash of their
@@ -55,6 +56,7 @@ impl Session<'_> {
         request: &GenerationRequest,
     ) -> Result<FittedPrompt, EngineError> {
         let text = prompt.text().map(str::to_owned);
+        let accepts = self.sequence.accepts_approximate(request.reuse_after_change);
         let (tokens, media) = self.prompt_tokens(prompt, &request.media)?;
         let overflow = match self.limit(tokens.len() as u32, request) {
             Ok(limit) => {
@@ -66,8 +68,8 @@ impl Session<'_> {
                     shortened: None,
                     dropped_messages: 0,
                     full_tokens: None,
+                    approximate: accepts && media.is_empty(),
                     media,
-                    reuse_after_change: request.reuse_after_change,
                 })
             }
             Err(overflow) => overflow,
@@ -98,6 +100,7 @@ impl Session<'_> {
         let last = self.last_drop;
         let turns = Turns::of(messages);
         let n_ctx = self.sequence.n_ctx();
+        let accepts = self.sequence.accepts_approximate(request.reuse_after_change);
         // Without max_tokens the reply keeps a quarter of the context (or --n-predict, if less).
         let room = match request.max_tokens {
             Some(_) => required_room(request),
@@ -122,8 +125,8 @@ impl Session<'_> {
                 }),
                 dropped_messages: dropped_messages as u32,
                 full_tokens: None,
+                approximate: accepts && media.is_empty(),
                 media,
-                reuse_after_change: request.reuse_after_change,
             })
         };
         if last.turns > 0 && last.turns < turns.len() && hash_messages(turns.oldest(last.turns)) == last.hash {
