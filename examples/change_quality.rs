@@ -22,83 +22,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use firstword::bench::{HeadLayout, Home, HOME_ASKS};
 use firstword::engine::ChangeRules;
 use firstword::{CacheMiss, ChatMessage, Engine, EngineConfig, Event, GenerationRequest, Prompt, SamplingParams};
 
-const ASKS: [&str; 8] = [
-    "Turn on the kitchen light.",
-    "What is the temperature in the living room?",
-    "Is the garage door open?",
-    "Turn off all the lights in the office.",
-    "What time is it?",
-    "Set the bedroom thermostat to 20 degrees.",
-    "Which windows are open?",
-    "Lock the front door, please.",
-];
-const AREAS: [&str; 6] = ["Kitchen", "Living Room", "Office", "Bedroom", "Garage", "Hallway"];
 const REDO: [usize; 3] = [0, 16, 64];
-
-/// A home's devices and their states.
-struct Home {
-    devices: Vec<(String, String, &'static str, String)>,
-}
-
-impl Home {
-    fn new(entities: usize) -> Self {
-        let devices = (0..entities)
-            .map(|i| {
-                let area = AREAS[i % AREAS.len()];
-                let (domain, name, state) = match i % 4 {
-                    0 => ("light", format!("{area} Light {i}"), if i % 3 == 0 { "on" } else { "off" }.to_string()),
-                    1 => ("sensor", format!("{area} Temperature {i}"), format!("{}.{}", 18 + i % 7, i % 10)),
-                    2 => ("switch", format!("{area} Plug {i}"), "off".to_string()),
-                    _ => ("binary_sensor", format!("{area} Window {i}"), "closed".to_string()),
-                };
-                (format!("{domain}.{}", name.to_lowercase().replace(' ', "_")), name, area, state)
-            })
-            .collect();
-        Self { devices }
-    }
-
-    /// One or two devices change state.
-    fn step(&mut self, seed: usize) {
-        for k in 0..=(seed % 2) {
-            let i = (seed * 7 + k * 13) % self.devices.len();
-            let state = &mut self.devices[i].3;
-            *state = match state.as_str() {
-                "on" => "off".into(),
-                "off" => "on".into(),
-                "closed" => "open".into(),
-                "open" => "closed".into(),
-                value => format!("{:.1}", value.parse::<f32>().unwrap_or(20.0) + 0.3),
-            };
-        }
-    }
-
-    fn system(&self, layout: &str, minutes: usize) -> String {
-        let clock = format!("{:02}:{:02}:{:02}", 16 + minutes / 60, minutes % 60, (minutes * 37) % 60);
-        let mut text = String::new();
-        if layout == "clock-first" {
-            text.push_str(&format!("Current Time: {clock}\n\nAvailable Devices:\n```csv\nentity_id,name,state,area\n"));
-            for (id, name, area, state) in &self.devices {
-                text.push_str(&format!("{id},{name},{state},{area}\n"));
-            }
-            text.push_str("```\n\nThe current state of devices is provided in available devices. ");
-            text.push_str("Use the tools to control them. Answer in plain text, briefly, to be spoken.");
-        } else {
-            text.push_str(
-                "You are a voice assistant for Home Assistant.\nAnswer questions about the world truthfully.\n",
-            );
-            text.push_str("Answer in plain text. Keep it simple and to the point.\n");
-            text.push_str("Static Context: An overview of the areas and the devices in this smart home:\n");
-            for (_, name, area, state) in &self.devices {
-                text.push_str(&format!("- names: {name}\n  state: '{state}'\n  areas: {area}\n"));
-            }
-            text.push_str(&format!("Current time is {clock}. Today's date is 2026-12-05."));
-        }
-        text
-    }
-}
 
 /// A reply: its text, its first token's likeliest 20 with log-probabilities, the prompt
 /// tokens it evaluated, its prompt time and whether it reused past changes.
@@ -206,7 +134,7 @@ fn main() {
     );
     println!("| layout | redo | turns reused | KL mean | KL max | same top token | same reply | tokens evaluated (exact) | prompt ms (exact) |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    for layout in ["clock-last", "clock-first"] {
+    for layout in [HeadLayout::ClockLast, HeadLayout::ClockFirst] {
         let mut tallies: Vec<Tally> = REDO.iter().map(|_| Tally::default()).collect();
         let mut exact_tally = Tally::default();
         let mut resplit = Tally::default();
@@ -220,7 +148,7 @@ fn main() {
                 }
                 let mut messages = vec![ChatMessage::system(home.system(layout, minutes))];
                 messages.extend(history.iter().cloned());
-                messages.push(ChatMessage::user(ASKS[(session * 3 + turn) % ASKS.len()]));
+                messages.push(ChatMessage::user(HOME_ASKS[(session * 3 + turn) % HOME_ASKS.len()]));
                 let exact = run(&exact_engine, &messages);
                 let replies: Vec<Reply> = reusing.iter().map(|engine| run(engine, &messages)).collect();
                 if turn > 0 {
@@ -243,7 +171,8 @@ fn main() {
             let mean = tally.kl.iter().sum::<f64>() / n as f64;
             let max = tally.kl.iter().copied().fold(0.0, f64::max);
             println!(
-                "| {layout} | {redo} | {}/{} | {mean:.4} | {max:.4} | {}/{n} | {}/{n} | {} ({}) | {:.0} ({:.0}) |",
+                "| {} | {redo} | {}/{} | {mean:.4} | {max:.4} | {}/{n} | {}/{n} | {} ({}) | {:.0} ({:.0}) |",
+                layout.name(),
                 tally.reused,
                 tally.turns,
                 tally.top1_same,

@@ -510,6 +510,13 @@ pub(crate) struct BenchArgs {
     /// Run only the together scenario (several conversations at once).
     #[arg(long = "together-only", conflicts_with_all = ["media", "media_only"])]
     pub together_only: bool,
+    /// Run only the changed-head scenario: Home Assistant sessions with a fixed system message,
+    /// with the clock (and the devices' states) at its end, and with the clock first.
+    #[arg(long = "changed-head-only", conflicts_with_all = ["media", "media_only", "together_only"])]
+    pub changed_head_only: bool,
+    /// Devices in the changed-head scenario's home.
+    #[arg(long = "home-entities", default_value_t = BenchConfig::DEFAULT_HOME_ENTITIES)]
+    pub home_entities: usize,
 }
 
 impl BenchArgs {
@@ -545,7 +552,9 @@ impl BenchArgs {
             vad: Duration::from_millis(self.vad_ms),
             pregenerate: self.pregenerate,
             busy_cores: self.busy_cores,
+            home_entities: self.home_entities.max(1),
             scenarios: match (self.media, self.media_only, self.together_only) {
+                _ if self.changed_head_only => Scenarios::ChangedHead,
                 (_, _, true) => Scenarios::Together,
                 (_, true, _) => Scenarios::Media,
                 (true, false, _) => Scenarios::TextAndMedia,

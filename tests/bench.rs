@@ -38,6 +38,7 @@ fn config(url: String, name: &str) -> BenchConfig {
         pregenerate: BenchConfig::DEFAULT_PREGENERATE,
         busy_cores: 0,
         scenarios: Scenarios::Text,
+        home_entities: BenchConfig::DEFAULT_HOME_ENTITIES,
     }
 }
 
@@ -149,6 +150,37 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
     let restart = scenario_rows(&rows, Scenario::Restart)[0];
     assert!(restart.cached_tokens.unwrap_or(0) > 300, "{restart:?}");
     assert!(decide(&summaries).expect("a decision").starts_with("firstword"));
+}
+
+/// H against a firstword that reuses past changed spans: every turn answered, the fixed
+/// layout's follow-ups warm, the clock layouts' follow-ups reused past the clock and the
+/// changed states (most of the prompt kept), and the table compares them with the fixed layout.
+#[tokio::test]
+async fn the_changed_head_scenario_measures_each_layout() {
+    let engine =
+        Engine::start(EngineConfig { reuse_after_change: true, ..test_config(smollm2_path()) }).expect("loads");
+    let server = spawn_server(engine);
+    let mut config = config(server.base.clone(), "firstword");
+    config.scenarios = Scenarios::ChangedHead;
+    config.home_entities = 24;
+    let rows = run(&config, |_| {}).await.expect("bench runs");
+    assert_eq!(rows.len(), 9, "three layouts of three turns, nothing else: {rows:?}");
+    for row in &rows {
+        assert_eq!((row.http_status, row.error.as_str()), (200, ""), "{row:?}");
+        if row.turn == 1 {
+            continue;
+        }
+        let (prompt, evaluated) = (row.prompt_tokens.unwrap_or(0), row.evaluated_tokens().unwrap_or(u64::MAX));
+        assert!(prompt > 400 && evaluated * 4 < prompt, "most of the prompt kept: {row:?}");
+        let reason = row.cache_reason.as_deref();
+        match row.scenario {
+            Scenario::HeadFixed => assert_ne!(reason, Some("reused-after-change"), "{row:?}"),
+            _ => assert_eq!(reason, Some("reused-after-change"), "{row:?}"),
+        }
+    }
+    let summaries = summarize(&rows, &[]);
+    assert_eq!(summaries[0].changed_head.len(), 3, "{:?}", summaries[0]);
+    assert!(table(&summaries).contains("clock first: tokens evaluated (× fixed)"));
 }
 
 /// A server that gets things wrong the ways peers do.

@@ -15,12 +15,14 @@ use super::{
 /// alternating conversations' turns, and the turn after a restart where the server has a
 /// restart command; then the media scenario's requests where it runs; the together
 /// scenario's (the satellites' turns, the command alone, the long reply alone, the two at
-/// once) when it runs alone.
+/// once) when it runs alone; the changed-head scenario's turns in each of its three layouts
+/// when it runs alone.
 fn requests_per_run(config: &BenchConfig, restarts: bool) -> u64 {
     let turns = u64::from(config.turns);
     let text = if config.scenarios.text() { turns + 4 + 2 + 2 + 3 + 2 * turns + u64::from(restarts) } else { 0 };
     let together = if config.scenarios == Scenarios::Together { 2 * turns + 4 } else { 0 };
-    text + together + if config.scenarios.media() { super::media::media_requests() } else { 0 }
+    let changed_head = if config.scenarios == Scenarios::ChangedHead { 3 * turns } else { 0 };
+    text + together + changed_head + if config.scenarios.media() { super::media::media_requests() } else { 0 }
 }
 
 /// Fails early, with the server named, when a server does not answer at all.

@@ -13,6 +13,8 @@ mod chart;
 mod client;
 mod command;
 mod error;
+mod head;
+mod home;
 mod media;
 mod report;
 mod table;
@@ -27,10 +29,13 @@ pub use chart::{check_plot_path, plot};
 pub use client::sse_data;
 pub use command::{execute, Outputs};
 pub use error::{BenchError, NoDecision, WeightsError};
+pub use home::{HeadLayout, Home, HOME_ASKS};
 pub use media::{
     bmp, media_summary, probe_verdict, transcript_words, word_error_rate, MediaSummary, ProbeAnswer, ProbeVerdict,
 };
-pub use report::{decide, scores, summarize, write_csv, Conversation, Row, Scenario, Spread, Summary, Weights};
+pub use report::{
+    decide, scores, summarize, write_csv, Conversation, HeadSummary, Row, Scenario, Spread, Summary, Weights,
+};
 pub use table::table;
 
 pub use busy::BusyLoad;
@@ -82,6 +87,8 @@ pub struct BenchConfig {
     pub busy_cores: u32,
     /// The text scenarios, the media scenario, or both.
     pub scenarios: Scenarios,
+    /// Devices of the changed-head scenario's home.
+    pub home_entities: usize,
 }
 
 /// Which scenarios a run holds.
@@ -96,6 +103,9 @@ pub enum Scenarios {
     Media,
     /// The together scenario alone (`--together-only`): several conversations at once.
     Together,
+    /// The changed-head scenario alone (`--changed-head-only`): Home Assistant sessions whose
+    /// system message holds a clock and the devices' states.
+    ChangedHead,
 }
 
 impl Scenarios {
@@ -118,6 +128,8 @@ impl BenchConfig {
     pub const DEFAULT_VAD: Duration = Duration::from_millis(500);
     /// The default `pregenerate` of the spoken scenarios' prefills.
     pub const DEFAULT_PREGENERATE: u32 = 16;
+    /// The default number of devices in the changed-head scenario's home.
+    pub const DEFAULT_HOME_ENTITIES: usize = 96;
 }
 
 /// The words and numbers of one synthetic system prompt.
@@ -246,6 +258,9 @@ pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result
             }
             if config.scenarios == Scenarios::Together {
                 bench.together_scenario().await;
+            }
+            if config.scenarios == Scenarios::ChangedHead {
+                bench.changed_head_scenario().await;
             }
             if let Some(media) = &media {
                 bench.media_scenarios(media).await;

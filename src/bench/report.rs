@@ -5,6 +5,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::error::{NoDecision, WeightsError};
+use super::home::HeadLayout;
 use super::media::{media_summary, MediaSummary};
 
 /// Which measurement a row belongs to.
@@ -74,6 +75,13 @@ pub enum Scenario {
     /// Media, the silent-failure probe: one of the pictures asked "Describe this."; `turn` is
     /// the picture.
     ProbeImage,
+    /// H: a Home Assistant session whose system message never changes; `turn` from 1.
+    HeadFixed,
+    /// H: the same home with every device's state and the clock at the end of the system
+    /// message, both moving between turns.
+    HeadClockLast,
+    /// H: the clock as the system message's first line, then every device's state.
+    HeadClockFirst,
 }
 
 /// Which of the alternating scenario's two conversations a row belongs to.
@@ -86,6 +94,16 @@ pub enum Conversation {
 }
 
 impl Scenario {
+    /// The changed-head scenario's rows of `layout`.
+    #[must_use]
+    pub fn changed_head(layout: HeadLayout) -> Self {
+        match layout {
+            HeadLayout::Fixed => Self::HeadFixed,
+            HeadLayout::ClockLast => Self::HeadClockLast,
+            HeadLayout::ClockFirst => Self::HeadClockFirst,
+        }
+    }
+
     /// Whether this is one of C's tool checks (they decide pass or fail, not the error count).
     #[must_use]
     pub fn is_tool(self) -> bool {
@@ -97,6 +115,12 @@ impl Scenario {
     #[must_use]
     pub fn is_media(self) -> bool {
         matches!(self, Self::Transcription | Self::ProbeAudio | Self::ProbeImage)
+    }
+
+    /// Whether this is one of the changed-head scenario's turns.
+    #[must_use]
+    pub fn is_changed_head(self) -> bool {
+        matches!(self, Self::HeadFixed | Self::HeadClockLast | Self::HeadClockFirst)
     }
 
     /// Whether this is a turn of the conversation (A, B, the turn after E's job, or after R's
@@ -215,6 +239,13 @@ impl Row {
     fn ok(&self) -> bool {
         self.error.is_empty()
     }
+
+    /// The prompt tokens the server evaluated: `prompt_tokens` less `cached_tokens`, where it
+    /// reported both.
+    #[must_use]
+    pub fn evaluated_tokens(&self) -> Option<u64> {
+        Some(self.prompt_tokens?.saturating_sub(self.cached_tokens?))
+    }
 }
 
 /// Writes the rows as CSV (header first).
@@ -312,6 +343,19 @@ pub struct Summary {
     pub drafts: Option<(u64, u64)>,
     /// The media scenario's results, when it ran.
     pub media: Option<MediaSummary>,
+    /// The changed-head scenario's follow-up turns per layout, when it ran (fixed first).
+    pub changed_head: Vec<HeadSummary>,
+}
+
+/// One layout's follow-up turns (2..) in the changed-head scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeadSummary {
+    /// The layout.
+    pub layout: HeadLayout,
+    /// Prompt tokens evaluated per turn.
+    pub evaluated: Option<Spread>,
+    /// TTFT, ms.
+    pub ttft: Option<Spread>,
 }
 
 impl Summary {
@@ -357,7 +401,10 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
             };
             let warm = values(Scenario::Warm, |r| r.ttft_ms);
             let reps: Vec<u32> = {
-                let mut reps: Vec<u32> = mine.iter().filter(|r| !r.scenario.is_media()).map(|r| r.rep).collect();
+                let mut reps: Vec<u32> = (mine.iter())
+                    .filter(|r| !r.scenario.is_media() && !r.scenario.is_changed_head())
+                    .map(|r| r.rep)
+                    .collect();
                 reps.dedup();
                 reps
             };
@@ -406,7 +453,28 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                     _ => total,
                 }),
                 media: media_summary(&mine),
+                changed_head: head_summaries(&mine),
             }
+        })
+        .collect()
+}
+
+/// The changed-head scenario's layouts that have rows, over their turns after the first.
+fn head_summaries(rows: &[&Row]) -> Vec<HeadSummary> {
+    HeadLayout::ALL
+        .into_iter()
+        .filter_map(|layout| {
+            let scenario = Scenario::changed_head(layout);
+            let follow_ups: Vec<&Row> =
+                rows.iter().copied().filter(|r| r.scenario == scenario && r.turn > 1 && r.ok()).collect();
+            let ran = rows.iter().any(|r| r.scenario == scenario);
+            ran.then(|| HeadSummary {
+                layout,
+                evaluated: Spread::of(
+                    &follow_ups.iter().filter_map(|r| r.evaluated_tokens()).map(|n| n as f64).collect::<Vec<_>>(),
+                ),
+                ttft: Spread::of(&follow_ups.iter().filter_map(|r| r.ttft_ms).collect::<Vec<_>>()),
+            })
         })
         .collect()
 }

@@ -2,8 +2,9 @@
 //! they ran, the media scenario's when it ran), then its tool failure, speculative-decoding
 //! acceptance and media details.
 
+use super::home::HeadLayout;
 use super::media::MediaSummary;
-use super::report::{Spread, Summary};
+use super::report::{HeadSummary, Spread, Summary};
 
 /// A column of the table: its header and its cell for a server.
 struct Column {
@@ -57,6 +58,23 @@ const MEDIA: [Column; 3] = [
     },
 ];
 
+/// The changed-head scenario's columns: the fixed layout's follow-up turns, then each clock
+/// layout's against them.
+const HEAD: [Column; 6] = [
+    Column { header: "fixed head: tokens evaluated", cell: |s| head(s, HeadLayout::Fixed, |h| h.evaluated) },
+    Column { header: "fixed head: TTFT ms", cell: |s| head(s, HeadLayout::Fixed, |h| h.ttft) },
+    Column {
+        header: "clock last: tokens evaluated (× fixed)",
+        cell: |s| head(s, HeadLayout::ClockLast, |h| h.evaluated),
+    },
+    Column { header: "clock last: TTFT ms (× fixed)", cell: |s| head(s, HeadLayout::ClockLast, |h| h.ttft) },
+    Column {
+        header: "clock first: tokens evaluated (× fixed)",
+        cell: |s| head(s, HeadLayout::ClockFirst, |h| h.evaluated),
+    },
+    Column { header: "clock first: TTFT ms (× fixed)", cell: |s| head(s, HeadLayout::ClockFirst, |h| h.ttft) },
+];
+
 /// Peak memory, last.
 const RSS: Column = Column { header: "peak RSS MB", cell: |s| s.peak_rss_mb.map_or("-".into(), |m| format!("{m:.0}")) };
 
@@ -65,8 +83,13 @@ const RSS: Column = Column { header: "peak RSS MB", cell: |s| s.peak_rss_mb.map_
 pub fn table(summaries: &[Summary]) -> String {
     let text = summaries.iter().any(Summary::ran_text);
     let media = summaries.iter().any(|s| s.media.is_some());
-    let columns: Vec<&Column> =
-        (if text { &TEXT[..] } else { &[] }).iter().chain(if media { &MEDIA[..] } else { &[] }).chain([&RSS]).collect();
+    let changed_head = summaries.iter().any(|s| !s.changed_head.is_empty());
+    let columns: Vec<&Column> = (if text { &TEXT[..] } else { &[] })
+        .iter()
+        .chain(if media { &MEDIA[..] } else { &[] })
+        .chain(if changed_head { &HEAD[..] } else { &[] })
+        .chain([&RSS])
+        .collect();
     let mut out = String::from("server");
     for column in &columns {
         out.push_str(" | ");
@@ -144,6 +167,16 @@ fn times_warm(ttft: Option<Spread>, s: &Summary) -> String {
     times(ttft, s.warm_ttft)
 }
 
+/// A layout's follow-up measure in the changed-head scenario, and for a clock layout its median
+/// over the fixed layout's.
+fn head(s: &Summary, layout: HeadLayout, measure: fn(&HeadSummary) -> Option<Spread>) -> String {
+    let of = |layout: HeadLayout| s.changed_head.iter().find(|h| h.layout == layout).and_then(measure);
+    match layout {
+        HeadLayout::Fixed => show(of(layout)),
+        _ => times(of(layout), of(HeadLayout::Fixed)),
+    }
+}
+
 /// A measure and its median over a reference's median.
 fn times(value: Option<Spread>, reference: Option<Spread>) -> String {
     let ratio = match (value, reference) {
@@ -211,5 +244,41 @@ mod tests {
         );
         assert!(text.contains("  s image probe: refused: HTTP 400: no pictures\n"), "{text}");
         assert!(text.contains("  s transcription WER per clip: 1.50\n"), "{text}");
+    }
+
+    #[test]
+    fn a_changed_head_run_compares_follow_up_turns_with_the_fixed_layout() {
+        let row = |scenario, turn, prompt, cached, ttft| Row {
+            http_status: 200,
+            prompt_tokens: Some(prompt),
+            cached_tokens: Some(cached),
+            ttft_ms: Some(ttft),
+            ..Row::new("s", 1, scenario, turn)
+        };
+        let rows = [
+            row(Scenario::HeadFixed, 1, 2000, 0, 5000.0),
+            row(Scenario::HeadFixed, 2, 2040, 2000, 100.0),
+            row(Scenario::HeadFixed, 3, 2080, 2040, 120.0),
+            row(Scenario::HeadClockLast, 1, 2500, 0, 6000.0),
+            row(Scenario::HeadClockLast, 2, 2540, 2480, 180.0),
+            row(Scenario::HeadClockLast, 3, 2580, 2520, 200.0),
+            row(Scenario::HeadClockFirst, 1, 2500, 0, 6000.0),
+            row(Scenario::HeadClockFirst, 2, 2540, 0, 6100.0),
+            Row { error: "HTTP 500".into(), ..row(Scenario::HeadClockFirst, 3, 2580, 2580, 1.0) },
+        ];
+        let text = table(&summarize(&rows, &[]));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "server | fixed head: tokens evaluated | fixed head: TTFT ms | clock last: tokens evaluated (× fixed) \
+             | clock last: TTFT ms (× fixed) | clock first: tokens evaluated (× fixed) | clock first: TTFT ms (× fixed) \
+             | peak RSS MB"
+        );
+        assert_eq!(
+            lines[1],
+            "s | 40.0 (40.0–40.0) | 120.0 (100.0–120.0) | 60.0 (60.0–60.0) (×1.50) | 200.0 (180.0–200.0) (×1.67) \
+             | 2540.0 (2540.0–2540.0) (×63.50) | 6100.0 (6100.0–6100.0) (×50.83) | -",
+            "turn 1 and failed turns left out"
+        );
     }
 }
