@@ -215,3 +215,40 @@ fn tokens_generated_ahead_from_approximate_cells_go_only_to_a_request_that_accep
     let (exact, _) = exact(&config, &changed);
     assert_eq!(exact_again.text, exact.text);
 }
+
+/// Another conversation took the live sequence between two turns of a Home Assistant one,
+/// whose clock (first) and a device's state moved meanwhile: the turn is served from where the
+/// conversation was kept, past the changes, with the first token's distribution near the
+/// exact one. One sequence: it was saved to the RAM store; four: kept in its cells.
+#[test]
+fn a_conversation_another_displaced_is_reused_past_its_changes() {
+    for (config, source) in [
+        (one_sequence_config(smollm2_path()), firstword::CacheSource::Ram),
+        (common::test_config(smollm2_path()), firstword::CacheSource::Kept),
+    ] {
+        let config = EngineConfig { reuse_after_change: true, cache_min_tokens: 32, ..config };
+        let engine = Engine::start(config.clone()).expect("the model loads");
+        run(&engine, request(&system("16:00:24", "off"), None));
+        // Another conversation that opens with the new clock line: it shares more of the next
+        // turn's start than the displaced one does, which only a reuse past changes outweighs.
+        let title = ChatMessage::system("Current time is 16:07:53.\nYou write short titles for chats.");
+        let other = GenerationRequest {
+            prompt: Prompt::chat(vec![title, ChatMessage::user("Lights at home.")], Vec::new()),
+            max_tokens: Some(8),
+            sampling: SamplingParams::greedy(),
+            ..GenerationRequest::chat(Vec::new())
+        };
+        generate(&engine, other);
+        let changed = system("16:07:53", "on");
+        let (reused, first) = run(&engine, request(&changed, None));
+        let cache = &reused.timings.cache;
+        eprintln!("{cache:?}");
+        assert_eq!((cache.reason, cache.source), (Some(CacheMiss::ReusedAfterChange), source), "{cache:?}");
+        let changes = cache.changes.as_ref().expect("the spans are reported");
+        assert!(changes.kept > 500, "what follows the clock was kept: {changes:?}");
+        assert!(cache.prefilled < 60, "only the spans and the newest turn were evaluated: {cache:?}");
+        let (_, exact_first) = exact(&config, &changed);
+        let apart = farthest(&first, &exact_first);
+        assert!(apart < 0.5, "{first:?} vs {exact_first:?}");
+    }
+}

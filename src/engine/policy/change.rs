@@ -132,6 +132,13 @@ pub(crate) fn plan_changes(
     (!plan.spans.is_empty() && plan.kept() >= rules.min_saving).then_some(plan)
 }
 
+/// Prompt tokens `held` would serve with a reuse past changes: the common prefix and the
+/// tokens kept after the changed spans (not the spans, which are evaluated); 0 where the
+/// rules find no such reuse.
+pub(crate) fn served_past_changes(held: &[LlamaToken], prompt: &[LlamaToken], rules: ChangeRules) -> usize {
+    plan_changes(held, prompt, rules, true).map_or(0, |plan| plan.prefix + plan.kept())
+}
+
 /// The nearest `(old_len, new_len)` after which `cached` and `prompt` agree for `min_run`
 /// tokens, within the rules' span length and shift (a span of at least one token in one of
 /// them, since they differ at their first token).

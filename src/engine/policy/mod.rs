@@ -29,7 +29,7 @@ mod reply;
 mod tests;
 
 pub use change::ChangeRules;
-pub(crate) use change::{plan_changes, ChangePlan, ChangedSpan};
+pub(crate) use change::{plan_changes, served_past_changes, ChangePlan, ChangedSpan};
 pub(crate) use reply::{reply_checkpoint_due, reply_cut, Cut};
 
 /// How many more prompt tokens a RAM entry must spare than the live sequence before it is
@@ -125,6 +125,9 @@ pub(crate) struct Rules {
     pub(crate) min_save: usize,
     /// Cost of a disk restore against prefilling.
     pub(crate) costs: RestoreCosts,
+    /// Where the prompt accepts a reuse past short changed spans and the cache can carry one
+    /// out: its limits. Stored entries are then also weighed by what they serve past changes.
+    pub(crate) changes: Option<ChangeRules>,
 }
 
 /// Where a prompt's cached prefix comes from.
@@ -153,6 +156,9 @@ pub(crate) struct Plan {
     pub(crate) diverged_at: Option<usize>,
     /// What kept the cache from serving more, when something did.
     pub(crate) obstacle: Option<CacheMiss>,
+    /// The restored entry is reused past the prompt's changed spans ([`plan_changes`]), not
+    /// only up to where they part; `keep` counts what that serves.
+    pub(crate) past_changes: bool,
 }
 
 /// Decides where `prompt`'s cached prefix comes from, given the live sequence and the stores.
@@ -184,20 +190,45 @@ pub(crate) fn plan_prompt(
         .map(|(entry, reusable)| (Source::Disk(entry.index), entry, reusable))
         .or(ram.map(|(entry, reusable)| (Source::Ram(entry.index), entry, reusable)));
 
-    let kept = if restore.is_some() { 0 } else { live_keep };
     let forgotten = match derivation {
         Derivation::Shortened { full } => same_conversation(live.tokens, prompt, full),
         Derivation::AsSent => false,
     };
-    let save_live = stores.ram.is_some()
-        && !forgotten
-        && live.tokens.len() >= rules.min_save
-        && live.tokens.len() - kept >= least_loss_saved(live, prompt, rules);
+    // The live sequence is saved when it holds enough and loses enough, keeping `kept`.
+    let save_live = |kept: usize| {
+        stores.ram.is_some()
+            && !forgotten
+            && live.tokens.len() >= rules.min_save
+            && live.tokens.len() - kept >= least_loss_saved(live, prompt, rules)
+    };
 
+    let exact_best = restore.map_or(live_keep, |(_, _, reusable)| reusable);
+    let past_changes = rules.changes.filter(|_| !whole_only).and_then(|changes| {
+        let live_served = served_past_changes(live.tokens, prompt, changes);
+        stored_past_changes(stores, prompt, changes, exact_best.max(live_served), rules.costs)
+    });
+    if let Some((source, entry, served)) = past_changes {
+        return Plan {
+            source,
+            keep: served,
+            save_live: save_live(0),
+            diverged_at: divergence(entry.tokens, prompt),
+            // Said once it is carried out.
+            obstacle: None,
+            past_changes: true,
+        };
+    }
+
+    let kept = if restore.is_some() { 0 } else { live_keep };
     match restore {
-        Some((source, entry, reusable)) => {
-            Plan { source, keep: reusable, save_live, diverged_at: divergence(entry.tokens, prompt), obstacle: None }
-        }
+        Some((source, entry, reusable)) => Plan {
+            source,
+            keep: reusable,
+            save_live: save_live(kept),
+            diverged_at: divergence(entry.tokens, prompt),
+            obstacle: None,
+            past_changes: false,
+        },
         None => {
             let cold = live.tokens.is_empty();
             let mut obstacle = if cold { Some(CacheMiss::Cold) } else { live_obstacle };
@@ -207,12 +238,37 @@ pub(crate) fn plan_prompt(
             Plan {
                 source: Source::Live,
                 keep: live_keep,
-                save_live,
+                save_live: save_live(kept),
                 diverged_at: divergence(live.tokens, prompt),
                 obstacle,
+                past_changes: false,
             }
         }
     }
+}
+
+/// The stored entry (a disk file before a RAM entry, as for exact reuse) that serves the most
+/// of `prompt` past its short changed spans, when that beats `base` (what the live sequence or
+/// an exact restore serves) by its store's margin: a conversation another one displaced, whose
+/// clock line moved meanwhile.
+fn stored_past_changes<'a>(
+    stores: &Stores<'a>,
+    prompt: &[LlamaToken],
+    changes: ChangeRules,
+    base: usize,
+    costs: RestoreCosts,
+) -> Option<(Source, StoredView<'a>, usize)> {
+    let best = |entries: &[StoredView<'a>], worth: &dyn Fn(&StoredView<'a>) -> usize| {
+        (entries.iter())
+            .map(|entry| (*entry, served_past_changes(entry.tokens, prompt, changes)))
+            .filter(|(entry, served)| *served > 0 && *served >= worth(entry))
+            .max_by_key(|(entry, served)| (*served, entry.last_used))
+    };
+    let ram = stores.ram.as_deref().and_then(|ram| best(ram, &|_| base + RAM_RESTORE_MARGIN));
+    let disk_base = ram.map_or(base, |(_, served)| served);
+    let disk = best(&stores.disk, &|entry| disk_base + costs.disk_margin(entry.bytes));
+    disk.map(|(entry, served)| (Source::Disk(entry.index), entry, served))
+        .or(ram.map(|(entry, served)| (Source::Ram(entry.index), entry, served)))
 }
 
 /// The fewest tokens a displaced live sequence must lose to be saved. A prompt that leaves it

@@ -156,7 +156,7 @@ mod tests {
                 .collect();
             let stores = Stores { ram: Some(ram), ..Stores::default() };
             let next = [live[..prompt_len + cut].to_vec(), run(50_000, 6)].concat();
-            let rules = Rules { min_save: 32, costs: RestoreCosts::default() };
+            let rules = Rules { min_save: 32, costs: RestoreCosts::default(), changes: None };
             let plan = plan_prompt(RECURRENT, view(&live, 0), &stores, &next, Derivation::AsSent, rules);
             prop_assert_eq!(reply_cut(&live, Some((prompt_len, live.len())), &next),
                 Some(Cut { kept: cut, held: reply_len }));

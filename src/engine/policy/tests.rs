@@ -14,7 +14,7 @@ const ATTENTION: CacheShape = CacheShape { recurrent: false, n_swa: None };
 const RECURRENT: CacheShape = CacheShape { recurrent: true, n_swa: None };
 
 fn rules(min_save: usize) -> Rules {
-    Rules { min_save, costs: RestoreCosts::default() }
+    Rules { min_save, costs: RestoreCosts::default(), changes: None }
 }
 
 fn live(tokens: &[LlamaToken]) -> LiveView<'_> {
@@ -35,7 +35,15 @@ fn the_live_sequence_serves_a_prompt_that_continues_it() {
     let held = run(0, 100);
     let prompt = [held.clone(), run(1000, 10)].concat();
     let plan = plan_prompt(ATTENTION, live(&held), &Stores::default(), &prompt, Derivation::AsSent, rules(32));
-    assert_eq!(plan, Plan { source: Source::Live, keep: 100, save_live: false, diverged_at: None, obstacle: None });
+    let expected = Plan {
+        source: Source::Live,
+        keep: 100,
+        save_live: false,
+        diverged_at: None,
+        obstacle: None,
+        past_changes: false,
+    };
+    assert_eq!(plan, expected);
 }
 
 #[test]
@@ -100,10 +108,39 @@ fn the_switch_margin_follows_measured_copy_costs() {
     let b_live = LiveView { reply_start: Some(6044), ..live(&b) };
     let a = [system, run(70_000, 30)].concat();
     let on = Stores { ram: Some(Vec::new()), ..Stores::default() };
-    let cheap = plan_prompt(ATTENTION, b_live, &on, &a, Derivation::AsSent, Rules { min_save: 256, costs: cpu });
+    let cheap =
+        plan_prompt(ATTENTION, b_live, &on, &a, Derivation::AsSent, Rules { min_save: 256, costs: cpu, changes: None });
     assert!(cheap.save_live, "{cheap:?}");
-    let dear = plan_prompt(ATTENTION, b_live, &on, &a, Derivation::AsSent, Rules { min_save: 256, costs: gpu });
+    let dear =
+        plan_prompt(ATTENTION, b_live, &on, &a, Derivation::AsSent, Rules { min_save: 256, costs: gpu, changes: None });
     assert!(!dear.save_live, "{dear:?}");
+}
+
+/// A conversation whose clock line (near its start) moved while another one held the live
+/// sequence: with the prompt accepting a reuse past changes, its stored entry is restored and
+/// reused past the clock, and the live one saved; without, it shares too little to restore.
+#[test]
+fn a_stored_conversation_whose_clock_moved_is_restored_past_the_change() {
+    let (head, body) = (run(0, 8), run(100, 600));
+    let a = [head.clone(), toks(&[50, 51]), body.clone(), run(9000, 30)].concat();
+    let prompt = [head.clone(), toks(&[50, 52]), body.clone(), run(9000, 30), run(9500, 20)].concat();
+    let other = run(20_000, 400);
+    let stores = Stores { ram: Some(vec![entry(0, &a, 1)]), ..Stores::default() };
+    let changes = Rules { changes: Some(ChangeRules::default()), ..rules(32) };
+    let plan = plan_prompt(ATTENTION, live(&other), &stores, &prompt, Derivation::AsSent, changes);
+    assert_eq!((plan.source, plan.past_changes), (Source::Ram(0), true), "{plan:?}");
+    assert_eq!(plan.keep, a.len() - 1, "all but the changed token: {plan:?}");
+    assert!(plan.save_live, "the other conversation loses all it holds: {plan:?}");
+    let exact = plan_prompt(ATTENTION, live(&other), &stores, &prompt, Derivation::AsSent, rules(32));
+    assert_eq!((exact.source, exact.past_changes), (Source::Live, false), "9 tokens are not worth a restore");
+    // The live sequence is that conversation itself: it serves as much past the change, so
+    // nothing is restored (the live sequence is reused past the change instead).
+    let live_a = plan_prompt(ATTENTION, live(&a), &stores, &prompt, Derivation::AsSent, changes);
+    assert_eq!((live_a.source, live_a.past_changes), (Source::Live, false), "{live_a:?}");
+    // A cache that cannot be moved or cut after a restore never plans one.
+    let window = CacheShape { recurrent: false, n_swa: Some(256) };
+    let swa = plan_prompt(window, live(&other), &stores, &prompt, Derivation::AsSent, changes);
+    assert!(!swa.past_changes, "{swa:?}");
 }
 
 #[test]

@@ -9,11 +9,11 @@
 use llama_cpp_2::token::LlamaToken;
 
 use super::lanes::HOME;
-use super::LiveSequence;
+use super::{LiveSequence, Reuse};
 use crate::engine::decoder::SharedPart;
 use crate::engine::policy::{self, ChangePlan, ChangeRules, ChangedSpan};
 use crate::engine::schedule::SeqId;
-use crate::engine::{ChangedSpanReport, ChangesReport, EngineError};
+use crate::engine::{CacheMiss, CacheSource, ChangedSpanReport, ChangesReport, EngineError};
 
 /// What a reuse past changes did, for the cache report.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,11 +49,40 @@ impl LiveSequence<'_> {
     /// cannot now.
     pub(super) fn plan_changes(&self, tokens: &[LlamaToken], rules: ChangeRules) -> Result<Option<ChangePlan>, ()> {
         let Some(plan) = policy::plan_changes(&self.cached, tokens, rules, true) else { return Ok(None) };
-        let no_spare = self.spare_seq.is_none() && self.lanes.free.is_empty() && self.lanes.kept.is_empty();
-        if self.shape.recurrent || self.lanes.busy() || no_spare || !self.decoder.can_shift() {
+        if !self.can_reuse_past_changes() {
             return Err(());
         }
         Ok(Some(plan))
+    }
+
+    /// Whether this cache can carry out a reuse past changes now ([`Self::plan_changes`]).
+    pub(super) fn can_reuse_past_changes(&self) -> bool {
+        let spare = self.spare_seq.is_some() || !self.lanes.free.is_empty() || !self.lanes.kept.is_empty();
+        !self.shape.recurrent && !self.lanes.busy() && spare && self.decoder.can_shift()
+    }
+
+    /// After a stored entry the policy chose for a reuse past changes was restored as the live
+    /// sequence: reuses it past the prompt's changed spans, recorded in `reuse`. False where
+    /// no such reuse applies to it after all (the caller cuts it where the prompt parts).
+    pub(super) fn reuse_restored_past_changes(&mut self, tokens: &[LlamaToken], reuse: &mut Reuse) -> bool {
+        let Ok(Some(plan)) = self.plan_changes(tokens, self.change_rules) else { return false };
+        match self.carry_out_changes(tokens, &plan) {
+            Ok(done) => {
+                reuse.keep = plan.end;
+                reuse.diverged_at = Some(plan.prefix);
+                reuse.obstacle = Some(CacheMiss::ReusedAfterChange);
+                reuse.reply_cut = None;
+                reuse.changes = Some(done);
+            }
+            // The cache is empty now.
+            Err(e) => {
+                tracing::warn!("reusing a restored state past changed spans failed: {e}");
+                reuse.keep = 0;
+                reuse.source = CacheSource::None;
+                reuse.obstacle = None;
+            }
+        }
+        true
     }
 
     /// Reuse past changed spans is the default for requests that do not say (`default`),
@@ -76,6 +105,7 @@ impl LiveSequence<'_> {
         let Some(spare) = self.take_spare_seq() else {
             return Err(EngineError::Internal("no sequence to evaluate a changed span on".into()));
         };
+        let started = std::time::Instant::now();
         let applied = self.apply_spans(tokens, plan, spare);
         self.decoder.drop_sequence(spare);
         if Some(spare) != self.spare_seq {
@@ -91,7 +121,8 @@ impl LiveSequence<'_> {
         self.approximate_from = Some(self.approximate_from.map_or(first, |from| from.min(first)));
         self.reply = None;
         self.rewindable = 0;
-        tracing::debug!(spans = plan.spans.len(), kept = plan.kept(), "reused past changed spans");
+        let ms = started.elapsed().as_secs_f32() * 1e3;
+        tracing::debug!(spans = plan.spans.len(), kept = plan.kept(), ms, "reused past changed spans");
         Ok(ChangesReused { spans: plan.spans.clone(), kept: plan.kept(), evaluated: plan.evaluated() })
     }
 

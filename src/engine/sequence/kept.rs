@@ -18,6 +18,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::lanes::HOME;
 use super::LiveSequence;
+use crate::engine::policy::{self, ChangeRules};
 use crate::engine::prefix::{common_prefix_len, window_covers};
 use crate::engine::schedule::SeqId;
 use crate::engine::KeptStatus;
@@ -171,19 +172,31 @@ impl LiveSequence<'_> {
 
     /// Makes sequence 0 continue the kept sequence that holds more of `prompt` than sequence 0
     /// does, if one does: its cells become sequence 0's (tagged, not copied) and what sequence
-    /// 0 held is kept in turn. True when it did.
-    pub(super) fn continue_kept(&mut self, prompt: &[LlamaToken]) -> bool {
+    /// 0 held is kept in turn. With `changes` (the prompt accepts a reuse past changed spans,
+    /// and the cache can carry one out), each is weighed by what it serves past them: a
+    /// conversation whose clock line moved while another one spoke. True when it did.
+    pub(super) fn continue_kept(&mut self, prompt: &[LlamaToken], changes: Option<ChangeRules>) -> bool {
         if !self.keeps() {
             return false;
         }
         let most = prompt.len().saturating_sub(1);
-        let Some((seq, held)) = self.longest_kept_prefix(prompt, most) else { return false };
+        let exact = self.longest_kept_prefix(prompt, most);
+        let past_changes = changes.and_then(|rules| {
+            (self.lanes.kept.iter())
+                .map(|kept| (kept.seq, policy::served_past_changes(&kept.tokens, prompt, rules)))
+                .filter(|&(_, served)| served > 0)
+                .max_by_key(|&(_, served)| served)
+        });
+        let Some((seq, held)) = exact.into_iter().chain(past_changes).max_by_key(|&(_, held)| held) else {
+            return false;
+        };
         let home = common_prefix_len(&self.cached, prompt).min(most);
         let home = if window_covers(self.decoder.target().kv_cache_seq_pos_min(HOME), home, self.shape.n_swa) {
             home
         } else {
             0
         };
+        let home = changes.map_or(home, |rules| home.max(policy::served_past_changes(&self.cached, prompt, rules)));
         if held <= home {
             return false;
         }

@@ -9,7 +9,7 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::{LiveSequence, Reuse};
 use crate::engine::decoder::SavedState;
-use crate::engine::policy::{self, Derivation, LiveView, Plan, Rules, Source, Stores};
+use crate::engine::policy::{self, ChangeRules, Derivation, LiveView, Plan, Rules, Source, Stores};
 use crate::engine::prefix::common_prefix_len;
 use crate::engine::store::{Restored, StateBytes};
 use crate::engine::{CacheEntryKind, CacheMiss, CacheSource};
@@ -46,7 +46,8 @@ impl LiveSequence<'_> {
         approximate: bool,
     ) -> Reuse {
         self.save_pending_checkpoint();
-        let continued = self.continue_kept(tokens);
+        let changes = (approximate && self.can_reuse_past_changes()).then_some(self.change_rules);
+        let continued = self.continue_kept(tokens, changes);
         let reply = self.reply.take();
         let reply_cut = policy::reply_cut(&self.cached, reply, tokens);
         let mut origin = std::mem::replace(&mut self.origin, CacheSource::Live);
@@ -62,7 +63,7 @@ impl LiveSequence<'_> {
         let refused_from =
             (self.approximate_from).filter(|&from| !approximate && common_prefix_len(&self.cached, tokens) > from);
         for attempt in 0..MOST_PLANS {
-            let mut plan = self.plan(tokens, derivation, reply.map(|(start, _)| start), approximate);
+            let mut plan = self.plan(tokens, derivation, reply.map(|(start, _)| start), approximate, changes);
             if attempt + 1 == MOST_PLANS {
                 // Entries kept being refused: serve from the live sequence alone.
                 plan = Plan { source: Source::Live, ..plan };
@@ -124,6 +125,10 @@ impl LiveSequence<'_> {
             };
             match outcome {
                 Restore::Done => {
+                    if plan.past_changes && self.reuse_restored_past_changes(tokens, &mut attempted) {
+                        reuse = Some(attempted);
+                        break;
+                    }
                     if plan.source != Source::Live {
                         // A restored state holds more than the prompt shares with it.
                         let source = attempted.source;
@@ -172,20 +177,22 @@ impl LiveSequence<'_> {
 
     /// The cache policy's plan for `tokens` now, the live sequence's last reply having begun
     /// at `reply_start`.
-    /// `approximate`: the prompt accepts cells a reuse past changes kept from an older text.
+    /// `approximate`: the prompt accepts cells a reuse past changes kept from an older text;
+    /// `changes`: the limits of a reuse past changes, where one may be made.
     fn plan(
         &self,
         tokens: &[LlamaToken],
         derivation: Derivation<'_>,
         reply_start: Option<usize>,
         approximate: bool,
+        changes: Option<ChangeRules>,
     ) -> Plan {
         let stores = Stores {
             ram: self.store.as_ref().map(|store| store.views()),
             evicted: self.store.as_ref().map(|store| store.evicted()).unwrap_or_default(),
             disk: self.disk.as_ref().map(|disk| disk.views()).unwrap_or_default(),
         };
-        let rules = Rules { min_save: self.min_save, costs: self.costs };
+        let rules = Rules { min_save: self.min_save, costs: self.costs, changes };
         let live = LiveView { reply_start, tokens: self.reusable_tokens(approximate), ..self.view() };
         policy::plan_prompt(self.shape, live, &stores, tokens, derivation, rules)
     }

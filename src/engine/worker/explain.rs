@@ -18,6 +18,7 @@ impl Session<'_> {
         let reply_cut = reuse.reply_cut.filter(|_| reuse.keep > 0);
         let reason = match reuse.source {
             _ if reply_cut.is_some() => Some(CacheMiss::ReplyCut),
+            _ if reuse.changes.is_some() => Some(CacheMiss::ReusedAfterChange),
             CacheSource::Ram | CacheSource::Disk => Some(CacheMiss::Restored),
             CacheSource::Checkpoint => Some(CacheMiss::Checkpoint),
             CacheSource::Live | CacheSource::Kept | CacheSource::None => {
