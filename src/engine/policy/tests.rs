@@ -137,6 +137,10 @@ fn a_stored_conversation_whose_clock_moved_is_restored_past_the_change() {
     // nothing is restored (the live sequence is reused past the change instead).
     let live_a = plan_prompt(ATTENTION, live(&a), &stores, &prompt, Derivation::AsSent, changes);
     assert_eq!((live_a.source, live_a.past_changes), (Source::Live, false), "{live_a:?}");
+    // The same from a disk file (a restart, or a RAM entry evicted since).
+    let on_disk = Stores { ram: Some(Vec::new()), disk: vec![entry(3, &a, 1)], ..Stores::default() };
+    let disk = plan_prompt(ATTENTION, live(&other), &on_disk, &prompt, Derivation::AsSent, changes);
+    assert_eq!((disk.source, disk.past_changes, disk.keep), (Source::Disk(3), true, a.len() - 1), "{disk:?}");
     // A cache that cannot be moved or cut after a restore never plans one.
     let window = CacheShape { recurrent: false, n_swa: Some(256) };
     let swa = plan_prompt(window, live(&other), &stores, &prompt, Derivation::AsSent, changes);
