@@ -252,3 +252,20 @@ fn a_conversation_another_displaced_is_reused_past_its_changes() {
         assert!(apart < 0.5, "{first:?} vs {exact_first:?}");
     }
 }
+
+/// A model with a sliding window (gemma-3) keeps exact reuse only: llama.cpp writes new tokens
+/// over cells that fell out of a sequence's window, which a span evaluated in the middle of the
+/// prompt would need. The reply says why, and is the exact one.
+#[test]
+fn a_sliding_window_keeps_exact_reuse_and_says_why() {
+    let config = EngineConfig { reuse_after_change: true, ..common::test_config(common::gemma3_path()) };
+    let engine = Engine::start(config.clone()).expect("the model loads");
+    run(&engine, request(&system("16:00:24", "off"), None));
+    let changed = system("16:07:53", "on");
+    let (again, _) = run(&engine, request(&changed, None));
+    let cache = &again.timings.cache;
+    assert_eq!(cache.reason, Some(CacheMiss::CannotReuseAfterChange), "{cache:?}");
+    assert_eq!(cache.changes, None);
+    let (exact, _) = exact(&config, &changed);
+    assert_eq!(again.text, exact.text);
+}

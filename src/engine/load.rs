@@ -158,8 +158,9 @@ pub(super) fn create_decoder<'m>(
     let recurrent = model.is_recurrent() || model.is_hybrid();
     let n_seq_max = sequences(config.parallel, speculating, recurrent);
     // Reuse past changes evaluates spans on a sequence beside sequence 0: the lanes' free
-    // ones, or this one where there are none.
-    let spare_seq = (config.reuse_after_change && n_seq_max == 1 && !speculating && !recurrent).then_some(1);
+    // ones, or this one where there are none (never with a sliding window, which it avoids).
+    let window = crate::engine::ffi::effective_sliding_window(model).is_some();
+    let spare_seq = (config.reuse_after_change && n_seq_max == 1 && !speculating && !recurrent && !window).then_some(1);
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(n_batch)
