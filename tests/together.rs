@@ -411,3 +411,23 @@ fn kept_conversations_give_their_cells_up_to_a_prompt_that_needs_them() {
     assert_eq!(x_again.timings.cache.source, firstword::CacheSource::Ram, "{:?}", x_again.timings.cache);
     assert_eq!(x_again.usage.cached_tokens + 1, x_again.usage.prompt_tokens, "{:?}", x_again.usage);
 }
+
+/// A kept conversation costs every later evaluation of sequence 0 masked attention over its
+/// cells: before a long prompt of another conversation it is dropped when the RAM store holds
+/// its copy (X here: 1,400 tokens of its own, Y's 1,400-token prompt), and comes back from
+/// there; a conversation that shares the long system prompt holds few cells of its own and
+/// stays kept (`sequence_0_continues_a_conversation_kept_in_its_cells`).
+#[test]
+fn a_long_prompt_drops_kept_conversations_that_would_slow_it() {
+    let config = EngineConfig { cache_min_tokens: 32, ..config(smollm2_path()) };
+    let engine = Engine::start(config).expect("the model loads");
+    let notes = |title: &str, tokens: usize| format!("{title}\n{}", common::long_system_prompt(tokens));
+    let x_system = notes("Railway notes.", 1400);
+    let x = generate(&engine, request(&x_system, "Which facts mention trains?", 16, &[]));
+    let y = generate(&engine, request(&notes("Garden notes.", 1400), "Which facts mention roses?", 16, &[]));
+    assert!(x.usage.prompt_tokens > 1300 && y.usage.cached_tokens < 50, "{:?} {:?}", x.usage, y.usage);
+    assert_eq!(engine.cache_status().lanes.kept, 0, "X was dropped before Y's prompt");
+    let x_again = generate(&engine, request(&x_system, "Which facts mention trains?", 16, &[]));
+    assert_eq!(x_again.timings.cache.source, firstword::CacheSource::Ram, "{:?}", x_again.timings.cache);
+    assert_eq!(x_again.usage.cached_tokens + 1, x_again.usage.prompt_tokens, "{:?}", x_again.usage);
+}

@@ -289,6 +289,23 @@ pub(crate) fn least_loss_saved(live: LiveView<'_>, prompt: &[LlamaToken], rules:
     }
 }
 
+/// The masked attention sequence 0's evaluation may spend on kept conversations' cells, in
+/// evaluated tokens × cells kept beside them (not shared with sequence 0). llama.cpp's attention
+/// runs over every used cell of the unified cache, masked or not, so kept cells slow every
+/// evaluation: measured on SmolLM2 with 2 threads, 0.14–0.2 µs per token and kept cell, a
+/// 4,100-token prompt 15–28% slower beside one to three other 4,100-token conversations
+/// (docs/benchmarks.md, "Kept cells cost long evaluations"). This budget is about 0.2 s of it
+/// there; a turn of a few dozen tokens keeps thousands of kept cells well inside it.
+pub(crate) const KEPT_ATTENTION_BUDGET: usize = 1 << 20;
+
+/// Whether kept conversations holding `kept_cells` cells of their own cost sequence 0's
+/// evaluation of `evaluate` tokens more than [`KEPT_ATTENTION_BUDGET`]: then those the RAM
+/// store holds a copy of are dropped first (a restore, should they come back, costs
+/// milliseconds).
+pub(crate) fn kept_cost_too_much(evaluate: usize, kept_cells: usize) -> bool {
+    evaluate.saturating_mul(kept_cells) > KEPT_ATTENTION_BUDGET
+}
+
 /// Whether a lane restores a stored state serving `stored` prompt tokens rather than share
 /// the `live` tokens a live sequence holds: a restore copies the state's bytes in, so it must
 /// save at least [`RAM_RESTORE_MARGIN`] tokens of prefill over sharing, which copies nothing.

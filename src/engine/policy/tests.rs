@@ -148,6 +148,15 @@ fn a_stored_conversation_whose_clock_moved_is_restored_past_the_change() {
 }
 
 #[test]
+fn kept_cells_are_worth_their_attention_for_short_turns_only() {
+    assert!(!kept_cost_too_much(40, 4000), "a satellite's turn beside another conversation");
+    assert!(!kept_cost_too_much(1000, 150), "a long prompt beside a conversation sharing its system prompt");
+    assert!(kept_cost_too_much(2300, 2300), "a new long prompt beside another long conversation");
+    assert!(!kept_cost_too_much(usize::MAX, 0));
+    assert!(kept_cost_too_much(usize::MAX, 2), "no overflow");
+}
+
+#[test]
 fn an_entry_must_spare_the_margin_more_than_the_live_sequence() {
     let shared = run(0, 100);
     let held = [shared.clone(), run(7000, 50)].concat();

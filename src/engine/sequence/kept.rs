@@ -139,6 +139,33 @@ impl LiveSequence<'_> {
         }
     }
 
+    /// Before sequence 0 evaluates `evaluate` tokens: drops kept conversations the RAM store
+    /// holds a copy of, the least recently used first, while their cells cost that evaluation
+    /// more masked attention than they are worth ([`policy::kept_cost_too_much`]). Those with
+    /// no copy stay: they would have to be evaluated again.
+    pub(super) fn drop_kept_costing(&mut self, evaluate: usize) {
+        while policy::kept_cost_too_much(evaluate, self.kept_cells()) {
+            let Some(store) = self.store.as_ref() else { return };
+            let copied = |kept: &Kept| store.entries().any(|entry| entry.tokens.starts_with(&kept.tokens));
+            let Some(index) = (self.lanes.kept.iter().enumerate())
+                .filter(|(_, kept)| copied(kept))
+                .min_by_key(|(_, kept)| kept.used)
+                .map(|(index, _)| index)
+            else {
+                return;
+            };
+            let kept = self.lanes.kept.swap_remove(index);
+            tracing::debug!(
+                seq = kept.seq,
+                tokens = kept.tokens.len(),
+                evaluate,
+                "a kept conversation costs this evaluation more than a restore: dropped"
+            );
+            self.decoder.drop_sequence(kept.seq);
+            self.lanes.free.push(kept.seq);
+        }
+    }
+
     /// Makes room for `more` tokens of sequence 0, dropping kept sequences where they hold the
     /// cells (nothing to do, and nothing computed, without any).
     pub(super) fn room_for(&mut self, more: usize) {

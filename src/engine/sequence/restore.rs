@@ -172,6 +172,7 @@ impl LiveSequence<'_> {
         if let Some((held, state)) = displaced {
             self.keep_displaced(held, state);
         }
+        self.drop_kept_costing(tokens.len().saturating_sub(reuse.keep));
         reuse
     }
 
