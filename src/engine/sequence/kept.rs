@@ -8,7 +8,9 @@
 //! A kept sequence is what its cells are worth, no more: the RAM store still holds the copy
 //! the cache policy saved, and kept sequences are dropped, the least recently used first,
 //! whenever their cells are needed (a prompt of sequence 0, a lane's, a restore llama.cpp could
-//! not place beside them) or their sequence is.
+//! not place beside them) or their sequence is, and, where the RAM store holds their copy,
+//! before a long evaluation of sequence 0 that their cells would slow (the attention runs over
+//! every used cell, masked or not).
 //!
 //! The cells a kept sequence holds beyond the prefix it shares with sequence 0 count against
 //! the context like the lanes' own; cells two kept sequences share but sequence 0 does not are
