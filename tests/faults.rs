@@ -378,3 +378,37 @@ fn a_kill_during_the_write_of_the_next_turn_leaves_the_turn_before_restorable() 
     let _ = next.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Stored states that llama.cpp keeps refusing: after three refused restores the prompt is
+/// served from the live sequence alone, as far as that serves it. (The fourth plan once kept the
+/// live sequence as far as the next entry would have served, tokens the live sequence did not
+/// hold.) Four conversations each share less of the prompt than the one before; every restore
+/// is refused; the reply is a fresh engine's.
+#[test]
+fn after_three_refused_restores_the_prompt_is_served_from_the_live_sequence_alone() {
+    use firstword::{EngineConfig, GenerationRequest, Prompt, SamplingParams};
+    let scenario = FailScenario::setup();
+    let config = EngineConfig { cache_min_tokens: 32, ..common::one_sequence_config(smollm2_path()) };
+    let engine = Engine::start(config.clone()).expect("SmolLM2 loads");
+    let prompt: Vec<i32> = (0..600).map(|i| 1000 + (i * 7) % 5000).collect();
+    let ask = |tokens: Vec<i32>| GenerationRequest {
+        prompt: Prompt::Tokens(tokens),
+        max_tokens: Some(8),
+        sampling: SamplingParams::greedy(),
+        ..GenerationRequest::chat(Vec::new())
+    };
+    let junk = |seed: i32| (0..40).map(move |i| 6000 + seed * 50 + i);
+    for (n, shared) in [500, 450, 400, 350].into_iter().enumerate() {
+        common::generate(&engine, ask(prompt[..shared].iter().copied().chain(junk(n as i32)).collect()));
+    }
+    common::generate(&engine, ask(junk(9).chain(junk(10)).collect()));
+    assert!(engine.cache_status().entries.len() >= 4, "{:?}", engine.cache_status().entries);
+    fail::cfg("engine::restore", "return").expect("failpoint");
+    let served = common::generate(&engine, ask(prompt.clone()));
+    fail::cfg("engine::restore", "off").expect("failpoint");
+    let fresh = Engine::start(EngineConfig { cache_ram_mib: 0, ..config }).expect("SmolLM2 loads");
+    let expected = common::generate(&fresh, ask(prompt));
+    assert_eq!(served.text, expected.text, "{:?}", served.timings.cache);
+    assert_eq!(served.usage.cached_tokens, 0, "nothing of the live sequence serves it: {:?}", served.timings.cache);
+    scenario.teardown();
+}

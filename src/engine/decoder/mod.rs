@@ -377,6 +377,7 @@ impl<'m> Decoder<'m> {
     /// drafts are then rejected more often, or it catches up again: never accepted wrongly).
     pub(crate) fn restore(&mut self, state: &SavedState) -> bool {
         self.clear();
+        fail::fail_point!("engine::restore", |_| false);
         let ctx = self.target_mut();
         if !set_sequence_state(ctx, &state.target, 0) {
             tracing::warn!("restoring a KV state failed: llama.cpp refused it");

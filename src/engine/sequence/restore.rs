@@ -63,11 +63,13 @@ impl LiveSequence<'_> {
         let refused_from =
             (self.approximate_from).filter(|&from| !approximate && common_prefix_len(&self.cached, tokens) > from);
         for attempt in 0..MOST_PLANS {
-            let mut plan = self.plan(tokens, derivation, reply.map(|(start, _)| start), approximate, changes);
-            if attempt + 1 == MOST_PLANS {
-                // Entries kept being refused: serve from the live sequence alone.
-                plan = Plan { source: Source::Live, ..plan };
-            }
+            // Entries kept being refused: the last plan serves from the live sequence alone, as
+            // far as it serves (not as far as the entry the policy would try next).
+            let live_only = attempt + 1 == MOST_PLANS;
+            let stores = if live_only { self.no_stores() } else { self.stores() };
+            let weighed_changes = if live_only { None } else { changes };
+            let reply_start = reply.map(|(start, _)| start);
+            let plan = self.plan(&stores, tokens, derivation, reply_start, approximate, weighed_changes);
             if attempt == 0 && plan.source == Source::Live && approximate {
                 match self.plan_changes(tokens, self.change_rules) {
                     Ok(Some(change)) => match self.carry_out_changes(tokens, &change) {
@@ -176,26 +178,36 @@ impl LiveSequence<'_> {
         reuse
     }
 
-    /// The cache policy's plan for `tokens` now, the live sequence's last reply having begun
-    /// at `reply_start`.
-    /// `approximate`: the prompt accepts cells a reuse past changes kept from an older text;
-    /// `changes`: the limits of a reuse past changes, where one may be made.
+    /// The cache policy's plan for `tokens` from `stores` and the live sequence now, its last
+    /// reply having begun at `reply_start`. `approximate`: the prompt accepts cells a reuse
+    /// past changes kept from an older text; `changes`: the limits of a reuse past changes,
+    /// where one may be made.
     fn plan(
         &self,
+        stores: &Stores<'_>,
         tokens: &[LlamaToken],
         derivation: Derivation<'_>,
         reply_start: Option<usize>,
         approximate: bool,
         changes: Option<ChangeRules>,
     ) -> Plan {
-        let stores = Stores {
+        let rules = Rules { min_save: self.min_save, costs: self.costs, changes };
+        let live = LiveView { reply_start, tokens: self.reusable_tokens(approximate), ..self.view() };
+        policy::plan_prompt(self.shape, live, stores, tokens, derivation, rules)
+    }
+
+    /// The RAM store and the disk cache as the cache policy sees them.
+    fn stores(&self) -> Stores<'_> {
+        Stores {
             ram: self.store.as_ref().map(|store| store.views()),
             evicted: self.store.as_ref().map(|store| store.evicted()).unwrap_or_default(),
             disk: self.disk.as_ref().map(|disk| disk.views()).unwrap_or_default(),
-        };
-        let rules = Rules { min_save: self.min_save, costs: self.costs, changes };
-        let live = LiveView { reply_start, tokens: self.reusable_tokens(approximate), ..self.view() };
-        policy::plan_prompt(self.shape, live, &stores, tokens, derivation, rules)
+        }
+    }
+
+    /// The stores with no entry in them (the RAM store still on where it is, for the save).
+    fn no_stores(&self) -> Stores<'_> {
+        Stores { ram: self.store.as_ref().map(|_| Vec::new()), ..Stores::default() }
     }
 
     /// Cuts the live sequence to `reuse.keep` tokens (emptied when that is none), which came
