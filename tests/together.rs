@@ -388,28 +388,40 @@ fn sequence_0_continues_a_conversation_kept_in_its_cells() {
     }
 }
 
+/// Two conversations with nothing shared, some 1,500 cells each, one after the other on
+/// `engine`: X (railway notes) then Y (garden notes); X's system prompt and both answers.
+fn x_then_y(engine: &Engine) -> (String, Generated, Generated) {
+    let notes = |title: &str| format!("{title}\n{}", common::long_system_prompt(1400));
+    let x_system = notes("Railway notes.");
+    let x = generate(engine, request(&x_system, "Which facts mention trains?", 16, &[]));
+    let y = generate(engine, request(&notes("Garden notes."), "Which facts mention roses?", 16, &[]));
+    assert!(x.usage.prompt_tokens > 1300 && y.usage.cached_tokens < 50, "{:?} {:?}", x.usage, y.usage);
+    (x_system, x, y)
+}
+
+/// X's next turn, restored from the RAM store, which kept its copy: all but its last token.
+fn assert_x_comes_back_from_ram(engine: &Engine, x_system: &str) {
+    let x_again = generate(engine, request(x_system, "Which facts mention trains?", 16, &[]));
+    assert_eq!(x_again.timings.cache.source, firstword::CacheSource::Ram, "{:?}", x_again.timings.cache);
+    assert_eq!(x_again.usage.cached_tokens + 1, x_again.usage.prompt_tokens, "{:?}", x_again.usage);
+}
+
 /// Kept conversations give their cells up, the oldest first, to a prompt of sequence 0 that
-/// needs them: here X and Y (nothing shared, some 1,500 cells each) are kept when Z's 2,600
-/// tokens come, which do not fit the 4,096 cells beside both; Z is served in full, and X's next
-/// turn is restored from the RAM store, which kept its copy.
+/// needs them: X and Y's cells, and Z's 2,600 tokens, do not fit the 4,096 cells together (Y's
+/// long prompt already drops X, `a_long_prompt_drops_kept_conversations_that_would_slow_it`);
+/// Z is served in full, and X's next turn is restored from the RAM store, which kept its copy.
 #[test]
 fn kept_conversations_give_their_cells_up_to_a_prompt_that_needs_them() {
     let config = EngineConfig { cache_min_tokens: 32, ..config(smollm2_path()) };
     let engine = Engine::start(config).expect("the model loads");
-    let notes = |title: &str, tokens: usize| format!("{title}\n{}", common::long_system_prompt(tokens));
-    let x_system = notes("Railway notes.", 1400);
-    let x_first = request(&x_system, "Which facts mention trains?", 16, &[]);
-    let x = generate(&engine, x_first);
-    let y = generate(&engine, request(&notes("Garden notes.", 1400), "Which facts mention roses?", 16, &[]));
-    assert!(x.usage.prompt_tokens > 1300 && y.usage.cached_tokens < 50, "{:?} {:?}", x.usage, y.usage);
-    let z = generate(&engine, request(&notes("Harbour notes.", 2600), "Which facts mention ships?", 64, &[]));
+    let (x_system, x, y) = x_then_y(&engine);
+    let harbour = format!("Harbour notes.\n{}", common::long_system_prompt(2600));
+    let z = generate(&engine, request(&harbour, "Which facts mention ships?", 64, &[]));
     assert!(z.usage.prompt_tokens + x.usage.prompt_tokens + y.usage.prompt_tokens > 4096, "{:?}", z.usage);
     assert_eq!(z.usage.completion_tokens, 64, "Z was served in full: {:?}", z.usage);
     let status = engine.cache_status();
     assert!(status.lanes.kept < 2, "kept conversations gave their cells up: {:?}", status.lanes);
-    let x_again = generate(&engine, request(&x_system, "Which facts mention trains?", 16, &[]));
-    assert_eq!(x_again.timings.cache.source, firstword::CacheSource::Ram, "{:?}", x_again.timings.cache);
-    assert_eq!(x_again.usage.cached_tokens + 1, x_again.usage.prompt_tokens, "{:?}", x_again.usage);
+    assert_x_comes_back_from_ram(&engine, &x_system);
 }
 
 /// A kept conversation costs every later evaluation of sequence 0 masked attention over its
@@ -421,13 +433,7 @@ fn kept_conversations_give_their_cells_up_to_a_prompt_that_needs_them() {
 fn a_long_prompt_drops_kept_conversations_that_would_slow_it() {
     let config = EngineConfig { cache_min_tokens: 32, ..config(smollm2_path()) };
     let engine = Engine::start(config).expect("the model loads");
-    let notes = |title: &str, tokens: usize| format!("{title}\n{}", common::long_system_prompt(tokens));
-    let x_system = notes("Railway notes.", 1400);
-    let x = generate(&engine, request(&x_system, "Which facts mention trains?", 16, &[]));
-    let y = generate(&engine, request(&notes("Garden notes.", 1400), "Which facts mention roses?", 16, &[]));
-    assert!(x.usage.prompt_tokens > 1300 && y.usage.cached_tokens < 50, "{:?} {:?}", x.usage, y.usage);
+    let (x_system, _, _) = x_then_y(&engine);
     assert_eq!(engine.cache_status().lanes.kept, 0, "X was dropped before Y's prompt");
-    let x_again = generate(&engine, request(&x_system, "Which facts mention trains?", 16, &[]));
-    assert_eq!(x_again.timings.cache.source, firstword::CacheSource::Ram, "{:?}", x_again.timings.cache);
-    assert_eq!(x_again.usage.cached_tokens + 1, x_again.usage.prompt_tokens, "{:?}", x_again.usage);
+    assert_x_comes_back_from_ram(&engine, &x_system);
 }

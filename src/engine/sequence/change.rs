@@ -13,7 +13,7 @@ use super::{LiveSequence, Reuse};
 use crate::engine::decoder::SharedPart;
 use crate::engine::policy::{self, ChangePlan, ChangeRules, ChangedSpan};
 use crate::engine::schedule::SeqId;
-use crate::engine::{CacheMiss, CacheSource, ChangedSpanReport, ChangesReport, EngineError};
+use crate::engine::{CacheSource, ChangedSpanReport, ChangesReport, EngineError};
 
 /// What a reuse past changes did, for the cache report.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,13 +71,7 @@ impl LiveSequence<'_> {
     pub(super) fn reuse_restored_past_changes(&mut self, tokens: &[LlamaToken], reuse: &mut Reuse) -> bool {
         let Ok(Some(plan)) = self.plan_changes(tokens, self.change_rules) else { return false };
         match self.carry_out_changes(tokens, &plan) {
-            Ok(done) => {
-                reuse.keep = plan.end;
-                reuse.diverged_at = Some(plan.prefix);
-                reuse.obstacle = Some(CacheMiss::ReusedAfterChange);
-                reuse.reply_cut = None;
-                reuse.changes = Some(done);
-            }
+            Ok(done) => reuse.past_changes(&plan, done),
             // The cache is empty now.
             Err(e) => {
                 tracing::warn!("reusing a restored state past changed spans failed: {e}");

@@ -128,6 +128,30 @@ pub(crate) struct Reuse {
 }
 
 impl Reuse {
+    /// Nothing reused yet, from `source`.
+    pub(crate) fn nothing(source: CacheSource) -> Self {
+        Self {
+            keep: 0,
+            source,
+            diverged_at: None,
+            obstacle: None,
+            save: None,
+            restore: None,
+            reply_cut: None,
+            changes: None,
+        }
+    }
+
+    /// Records a reuse past changes that `plan` carried out (`done`): the cache holds the
+    /// prompt's tokens up to the plan's end.
+    pub(crate) fn past_changes(&mut self, plan: &policy::ChangePlan, done: ChangesReused) {
+        self.keep = plan.end;
+        self.diverged_at = Some(plan.prefix);
+        self.obstacle = Some(CacheMiss::ReusedAfterChange);
+        self.reply_cut = None;
+        self.changes = Some(done);
+    }
+
     /// Tokens among the `keep` the cache holds that a reuse past changes evaluated (the spans
     /// and their neighbourhoods): not reused.
     pub(crate) fn evaluated_inside(&self) -> usize {

@@ -74,16 +74,9 @@ impl LiveSequence<'_> {
                 match self.plan_changes(tokens, self.change_rules) {
                     Ok(Some(change)) => match self.carry_out_changes(tokens, &change) {
                         Ok(done) => {
-                            return Reuse {
-                                keep: change.end,
-                                source: origin,
-                                diverged_at: Some(change.prefix),
-                                obstacle: Some(CacheMiss::ReusedAfterChange),
-                                save: None,
-                                restore: None,
-                                reply_cut: None,
-                                changes: Some(done),
-                            };
+                            let mut reuse = Reuse::nothing(origin);
+                            reuse.past_changes(&change, done);
+                            return reuse;
                         }
                         // The cache is empty now: plan again from what is left.
                         Err(e) => {
@@ -152,16 +145,7 @@ impl LiveSequence<'_> {
         }
         let reuse = reuse.unwrap_or_else(|| {
             self.clear();
-            Reuse {
-                keep: 0,
-                source: CacheSource::None,
-                diverged_at: None,
-                obstacle: None,
-                save,
-                restore: None,
-                reply_cut: None,
-                changes: None,
-            }
+            Reuse { save, ..Reuse::nothing(CacheSource::None) }
         });
         let mut reuse = reuse;
         if refused_from.is_some_and(|from| reuse.keep <= from) && reuse.obstacle.is_none() {
