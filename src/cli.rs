@@ -1,13 +1,16 @@
 //! The command line's flags: clap structs, grouped as `firstword serve --help` shows them, and
 //! their translation into the library's plain config types.
 
+mod bench;
+
+pub(crate) use bench::{BenchAction, BenchArgs};
+
 use std::path::PathBuf;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use firstword::api::{AllowedHosts, ApiKeys, CorsOrigins, ServeOptions};
-use firstword::bench::{BenchConfig, Outputs, Scenarios, Target, Weights};
 use firstword::engine::{
     ContextOverflow, EngineConfig, EngineError, FlashAttention, Prompt, SpecMode, SpeculationConfig, SpeculationError,
     LLAMA_CPP_BUILD,
@@ -31,7 +34,8 @@ pub(crate) enum Command {
     /// Serve a GGUF model over the OpenAI chat-completions API.
     Serve(ServeArgs),
     /// Measure cold/warm TTFT, tool calls, decode speed and an interleaved job on any
-    /// OpenAI-compatible servers, side by side, and decide between them.
+    /// OpenAI-compatible servers, side by side, and decide between them; grade their answers
+    /// blind (`bench grade`) and decide (`bench verdict`).
     Bench(BenchArgs),
 }
 
@@ -435,136 +439,5 @@ pub(crate) fn in_flag_terms(error: &EngineError) -> String {
         ),
         EngineError::ContextCreate { .. } => format!("{error} (-c/--ctx-size sets the context size)"),
         other => other.to_string(),
-    }
-}
-
-/// `firstword bench`.
-#[derive(Args)]
-pub(crate) struct BenchArgs {
-    /// Server base URL (repeat to compare servers; they run in turn each repetition).
-    #[arg(long = "url", required = true)]
-    pub urls: Vec<String>,
-    /// Names for the servers, in --url order [default: the URLs].
-    #[arg(long = "name")]
-    pub names: Vec<String>,
-    /// Process ids of the servers, in --url order, to report their peak memory.
-    #[arg(long = "pid")]
-    pub pids: Vec<u32>,
-    /// Shell commands that restart the servers, in --url order (one per server, or none):
-    /// scenario R then measures the conversation's first turn after a restart. Each returns
-    /// once its server is restarted; its last line of output, if a number, is the new pid.
-    #[arg(long = "restart", value_name = "COMMAND")]
-    pub restarts: Vec<String>,
-    /// Size of the generated system prompt, in tokens (approximate).
-    #[arg(long = "system-tokens", default_value_t = 4000, conflicts_with = "system_prompt_file")]
-    pub system_tokens: usize,
-    /// Use this file as the system prompt instead.
-    #[arg(long = "system-prompt-file")]
-    pub system_prompt_file: Option<PathBuf>,
-    /// Conversation turns (the first is cold).
-    #[arg(long, default_value_t = 5)]
-    pub turns: u32,
-    /// Repetitions.
-    #[arg(long, default_value_t = 3)]
-    pub reps: u32,
-    /// Tokens generated per conversation turn.
-    #[arg(long = "turn-tokens", default_value_t = 32)]
-    pub turn_tokens: u32,
-    /// Tokens generated in the decode-speed scenarios.
-    #[arg(long = "decode-tokens", default_value_t = 128)]
-    pub decode_tokens: u32,
-    /// `model` sent in requests.
-    #[arg(long, default_value = "default")]
-    pub model: String,
-    /// Write one CSV row per request here.
-    #[arg(long)]
-    pub csv: Option<PathBuf>,
-    /// Draw TTFT per turn per server into this SVG file.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-    /// Also print a weighted score, e.g. quality=0.4,decode=0.25,ttft=0.2,rss=0.15.
-    #[arg(long)]
-    pub weights: Option<Weights>,
-    /// Per-request timeout in seconds.
-    #[arg(long, default_value_t = 600)]
-    pub timeout: u64,
-    /// The voice scenarios' end-of-turn pause, ms: silence after the last word before the
-    /// final request (what a voice pipeline's VAD waits).
-    #[arg(long = "vad-ms", default_value_t = BenchConfig::DEFAULT_VAD.as_millis() as u64)]
-    pub vad_ms: u64,
-    /// Reply tokens each prefill of the spoken scenarios asks to generate ahead (`pregenerate`).
-    #[arg(long = "pregenerate", default_value_t = BenchConfig::DEFAULT_PREGENERATE)]
-    pub pregenerate: u32,
-    /// Keep this many cores busy for the whole run (a spinning thread each, pinned nowhere):
-    /// measures the servers next to other work.
-    #[arg(long = "busy-cores", default_value_t = 0)]
-    pub busy_cores: u32,
-    /// Also run the media scenario, for servers started with a projector (--mmproj): sentences
-    /// spoken by espeak-ng sent as input_audio parts to transcribe (word error rate), and the
-    /// silent-failure probe (distinct clips and pictures must get distinct answers).
-    #[arg(long)]
-    pub media: bool,
-    /// Run only the media scenario.
-    #[arg(long = "media-only", conflicts_with = "media")]
-    pub media_only: bool,
-    /// Run only the together scenario (several conversations at once).
-    #[arg(long = "together-only", conflicts_with_all = ["media", "media_only"])]
-    pub together_only: bool,
-    /// Run only the changed-head scenario: Home Assistant sessions with a fixed system message,
-    /// with the clock (and the devices' states) at its end, and with the clock first.
-    #[arg(long = "changed-head-only", conflicts_with_all = ["media", "media_only", "together_only"])]
-    pub changed_head_only: bool,
-    /// Devices in the changed-head scenario's home.
-    #[arg(long = "home-entities", default_value_t = BenchConfig::DEFAULT_HOME_ENTITIES)]
-    pub home_entities: usize,
-}
-
-impl BenchArgs {
-    /// The benchmark's configuration.
-    ///
-    /// # Errors
-    /// The system prompt file cannot be read.
-    pub(crate) fn config(&self) -> anyhow::Result<BenchConfig> {
-        let system_prompt = match &self.system_prompt_file {
-            Some(path) => std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
-            None => firstword::bench::synthetic_system_prompt(self.system_tokens),
-        };
-        let targets = self
-            .urls
-            .iter()
-            .enumerate()
-            .map(|(i, url)| Target {
-                name: self.names.get(i).cloned().unwrap_or_else(|| url.clone()),
-                url: url.clone(),
-                pid: self.pids.get(i).copied(),
-                restart: self.restarts.get(i).cloned(),
-            })
-            .collect();
-        Ok(BenchConfig {
-            targets,
-            system_prompt,
-            turns: self.turns.max(1),
-            reps: self.reps.max(1),
-            model: self.model.clone(),
-            turn_tokens: self.turn_tokens,
-            decode_tokens: self.decode_tokens,
-            timeout: Duration::from_secs(self.timeout),
-            vad: Duration::from_millis(self.vad_ms),
-            pregenerate: self.pregenerate,
-            busy_cores: self.busy_cores,
-            home_entities: self.home_entities.max(1),
-            scenarios: match (self.media, self.media_only, self.together_only) {
-                _ if self.changed_head_only => Scenarios::ChangedHead,
-                (_, _, true) => Scenarios::Together,
-                (_, true, _) => Scenarios::Media,
-                (true, false, _) => Scenarios::TextAndMedia,
-                (false, false, false) => Scenarios::Text,
-            },
-        })
-    }
-
-    /// Where the results go besides the terminal.
-    pub(crate) fn outputs(&self) -> Outputs {
-        Outputs { csv: self.csv.clone(), plot: self.plot.clone(), weights: self.weights }
     }
 }

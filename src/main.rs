@@ -11,7 +11,7 @@ use firstword::engine::LLAMA_CPP_BUILD;
 use firstword::{Engine, EngineConfig};
 use tracing_subscriber::EnvFilter;
 
-use cli::{BenchArgs, Cli, Command, ServeArgs};
+use cli::{BenchAction, BenchArgs, Cli, Command, ServeArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -131,5 +131,28 @@ async fn shutdown_signal(engine: Engine) {
 
 #[tokio::main]
 async fn bench(args: &BenchArgs) -> anyhow::Result<()> {
-    firstword::bench::execute(&args.config()?, &args.outputs()).await.map_err(|e| anyhow::anyhow!(e))
+    match &args.action {
+        None => firstword::bench::execute(&args.config()?, &args.outputs()).await?,
+        Some(BenchAction::Verdict(verdict)) => {
+            let (dir, options, judge) = verdict.parts()?;
+            if let Some(judge) = &judge {
+                firstword::bench::judge(&dir, judge).await?;
+            }
+            firstword::bench::decide_run(&dir, &options)?;
+        }
+        Some(BenchAction::Grade(grade)) => {
+            let dir = firstword::bench::quality::RunDir::open(&grade.run_dir)?;
+            let units = dir.units()?;
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", grade.port))
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on 127.0.0.1:{}: {e} (--port)", grade.port))?;
+            println!(
+                "grade {} units blind at http://{} (Ctrl-C when done; grades are saved as they are given)",
+                units.len(),
+                listener.local_addr()?
+            );
+            firstword::bench::grade::serve_grading(dir, listener).await?;
+        }
+    }
+    Ok(())
 }

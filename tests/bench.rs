@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 
 fn config(url: String, name: &str) -> BenchConfig {
     BenchConfig {
-        targets: vec![Target { name: name.into(), url, pid: None, restart: None }],
+        targets: vec![Target { name: name.into(), url, pid: None, restart: None, serve: None }],
         system_prompt: firstword::bench::synthetic_system_prompt(300),
         turns: 3,
         reps: 1,
@@ -39,6 +39,7 @@ fn config(url: String, name: &str) -> BenchConfig {
         busy_cores: 0,
         scenarios: Scenarios::Text,
         home_entities: BenchConfig::DEFAULT_HOME_ENTITIES,
+        quality: None,
     }
 }
 
@@ -260,7 +261,7 @@ fn media_config(targets: &[(&str, String)]) -> BenchConfig {
     let mut config = config(String::new(), "");
     config.targets = targets
         .iter()
-        .map(|(name, url)| Target { name: (*name).into(), url: url.clone(), pid: None, restart: None })
+        .map(|(name, url)| Target { name: (*name).into(), url: url.clone(), pid: None, restart: None, serve: None })
         .collect();
     config.scenarios = Scenarios::Media;
     config

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::quality::{judge_run, Grader, JudgeConfig, RunDir};
+use super::verdict_report::{run_verdict, server_figures, verdict_text, write_verdict};
 use super::{
-    check_plot_path, decide, load_average, peak_rss_mb, plot, run, scores, summarize, table, write_csv, BenchConfig,
-    BenchError, Scenarios, Weights,
+    check_plot_path, decide, load_average, peak_rss_mb, plot, run_measured, summarize, table, write_csv, BenchConfig,
+    BenchError, Rules, Scenarios, Verdict, Weights,
 };
 
 /// Rows per server and repetition of the text scenarios: the turns, the four voice turns, the
@@ -31,7 +33,7 @@ async fn check_reachable(config: &BenchConfig) -> Result<(), BenchError> {
         .timeout(std::time::Duration::from_secs(10))
         .build()
         .map_err(BenchError::HttpClient)?;
-    for target in &config.targets {
+    for target in config.targets.iter().filter(|t| t.serve.is_none()) {
         let url = format!("{}/v1/models", super::base(&target.url));
         if let Err(error) = client.get(&url).send().await {
             return Err(BenchError::Unreachable { name: target.name.clone(), url, error });
@@ -47,8 +49,66 @@ pub struct Outputs {
     pub csv: Option<PathBuf>,
     /// The TTFT chart (SVG).
     pub plot: Option<PathBuf>,
-    /// Weights for the optional score.
-    pub weights: Option<Weights>,
+    /// The weighted verdict (`--quality`, or `--weights` given).
+    pub verdict: Option<VerdictOptions>,
+    /// The judge model that grades the quality answers (`--judge`).
+    pub judge: Option<JudgeConfig>,
+}
+
+/// How the weighted verdict is made.
+#[derive(Clone, Debug)]
+pub struct VerdictOptions {
+    /// The metrics' weights.
+    pub weights: Weights,
+    /// The server in use now [default: the first measured].
+    pub incumbent: Option<String>,
+    /// How much a weighted score must beat the incumbent's by.
+    pub switch_margin: f64,
+    /// Whose blind grades count: a person's, unless the judge's are asked for.
+    pub by: Grader,
+}
+
+impl Default for VerdictOptions {
+    fn default() -> Self {
+        Self { weights: Weights::default(), incumbent: None, switch_margin: 0.05, by: Grader::Person }
+    }
+}
+
+/// The verdict of a run directory by `options`, printed and written next to the answers
+/// (`verdict.json`, `verdict.svg`).
+///
+/// # Errors
+/// The directory cannot be read or written, or the incumbent was not measured.
+pub fn decide_run(dir: &RunDir, options: &VerdictOptions) -> Result<Verdict, BenchError> {
+    let first = dir.figures().map_err(BenchError::Quality)?.first().map(|f| f.name.clone());
+    let incumbent = options.incumbent.clone().or(first).unwrap_or_default();
+    let rules = Rules { weights: options.weights, incumbent, switch_margin: options.switch_margin };
+    let (verdict, agreement) = run_verdict(dir, &rules, options.by)?;
+    write_verdict(dir, &verdict, options.by, agreement)?;
+    print!("{}", verdict_text(&verdict, options.by, agreement));
+    Ok(verdict)
+}
+
+/// Has the judge grade every unit of the run it has not graded yet, with a line per failure.
+///
+/// # Errors
+/// The directory cannot be read or a grade not written.
+pub async fn judge(dir: &RunDir, config: &JudgeConfig) -> Result<(), BenchError> {
+    eprintln!("the judge at {} grades the answers blind", config.url);
+    let report = judge_run(dir, config, |key, outcome| {
+        if let Err(why) = outcome {
+            eprintln!("  judge: {} sample {}: {why}", key.item, key.sample);
+        }
+    })
+    .await
+    .map_err(BenchError::Quality)?;
+    println!(
+        "judge: {} units graded now, {} before, {} without a usable grade",
+        report.graded,
+        report.already,
+        report.failures.len()
+    );
+    Ok(())
 }
 
 /// Runs the benchmark and prints the report.
@@ -73,14 +133,15 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Benc
         eprintln!("warning: load average {load:.2} before the run; other work on this machine skews the numbers");
     }
     let per_rep: u64 = config.targets.iter().map(|t| requests_per_run(config, t.restart.is_some())).sum();
-    let total = u64::from(config.reps) * per_rep;
+    let quality = config.quality.as_ref().map_or(0, |q| q.requests() * config.targets.len() as u64);
+    let total = u64::from(config.reps) * per_rep + quality;
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} requests, {elapsed} {msg}")
             .map_err(BenchError::ProgressBar)?,
     );
     let mut highest_load = load_before.unwrap_or(0.0);
-    let rows = run(config, |row| {
+    let (rows, served_peaks) = run_measured(config, |row| {
         bar.inc(1);
         let ttft = row.ttft_ms.map_or(String::new(), |t| format!(" ttft {t:.0} ms"));
         let error = if row.error.is_empty() { String::new() } else { format!(" ERROR {}", row.error) };
@@ -92,8 +153,13 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Benc
     .await?;
     bar.finish_and_clear();
 
-    let rss: Vec<(String, f64)> =
-        config.targets.iter().filter_map(|t| t.pid.and_then(peak_rss_mb).map(|mb| (t.name.clone(), mb))).collect();
+    let mut rss: Vec<(String, f64)> = config
+        .targets
+        .iter()
+        .filter(|t| t.serve.is_none())
+        .filter_map(|t| t.pid.and_then(peak_rss_mb).map(|mb| (t.name.clone(), mb)))
+        .collect();
+    rss.extend(served_peaks);
     if let Some(path) = &outputs.csv {
         let file = std::fs::File::create(path).map_err(|error| BenchError::CreateCsv { path: path.clone(), error })?;
         write_csv(&rows, file).map_err(|error| BenchError::WriteCsv { path: path.clone(), error })?;
@@ -110,10 +176,29 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Benc
             Err(none) => println!("decision: {none}"),
         }
     }
-    if let Some(weights) = outputs.weights.filter(|_| config.scenarios.text()) {
-        for (server, score) in scores(&summaries, weights) {
-            println!("score {server}: {score:.3}");
+    if let Some(quality) = &config.quality {
+        quality.dir.write_figures(&server_figures(&summaries)).map_err(BenchError::Quality)?;
+        println!("answers to the quality set are in {}", quality.dir.path().display());
+        if let Some(judge_config) = &outputs.judge {
+            judge(&quality.dir, judge_config).await?;
         }
+        if let Some(options) = &outputs.verdict {
+            decide_run(&quality.dir, options)?;
+        }
+        println!(
+            "grade them blind: firstword bench grade {0}, then firstword bench verdict {0}",
+            quality.dir.path().display()
+        );
+    } else if let Some(options) = &outputs.verdict {
+        // No quality set: the verdict says that speed alone does not decide.
+        let first = config.targets.first().map(|t| t.name.clone()).unwrap_or_default();
+        let rules = Rules {
+            weights: options.weights,
+            incumbent: options.incumbent.clone().unwrap_or(first),
+            switch_margin: options.switch_margin,
+        };
+        let verdict = super::verdict(&server_figures(&summaries), &[], &rules).map_err(BenchError::Verdict)?;
+        print!("{}", verdict_text(&verdict, options.by, None));
     }
     if !rss.is_empty() {
         println!("peak RSS is VmHWM from /proc; unified-memory GPUs (Apple, some APUs) keep model buffers outside it");

@@ -63,6 +63,20 @@ pub enum BenchError {
         /// Why.
         message: String,
     },
+    /// A server the bench starts itself (`--serve`) did not come up.
+    #[error("--serve {name}: {why}")]
+    Serve {
+        /// The server's name.
+        name: String,
+        /// Why.
+        why: String,
+    },
+    /// The quality set, the run directory or a grade.
+    #[error(transparent)]
+    Quality(super::quality::QualityError),
+    /// The verdict cannot be made.
+    #[error(transparent)]
+    Verdict(super::verdict::VerdictError),
     /// Drawing or writing the chart failed.
     #[error("drawing {}: {message}", path.display())]
     Drawing {
@@ -85,8 +99,8 @@ pub enum WeightsError {
     /// A part without `=`.
     #[error("expected key=value, got {0:?}")]
     NotKeyValue(String),
-    /// A value that is not a number.
-    #[error("{key}: not a number: {value:?}")]
+    /// A value that is not a number, or a negative one.
+    #[error("{key}: not a number of at least 0: {value:?}")]
     NotANumber {
         /// The weight's name, as written.
         key: String,
@@ -96,4 +110,7 @@ pub enum WeightsError {
     /// A name other than quality, decode, ttft and rss.
     #[error("unknown weight {0:?}; use quality, decode, ttft, rss")]
     Unknown(String),
+    /// Every weight is 0: nothing would count.
+    #[error("every weight is 0")]
+    AllZero,
 }

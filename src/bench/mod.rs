@@ -13,12 +13,18 @@ mod chart;
 mod client;
 mod command;
 mod error;
+pub mod grade;
 mod head;
 mod home;
 mod media;
+pub mod quality;
 mod report;
+mod runner;
+mod serve;
 mod table;
 mod together;
+mod verdict;
+mod verdict_report;
 mod voice;
 
 use std::time::Duration;
@@ -27,20 +33,20 @@ use serde_json::{json, Value};
 
 pub use chart::{check_plot_path, plot};
 pub use client::sse_data;
-pub use command::{execute, Outputs};
+pub use command::{decide_run, execute, judge, Outputs, VerdictOptions};
 pub use error::{BenchError, NoDecision, WeightsError};
 pub use home::{HeadLayout, Home, HOME_ASKS};
 pub use media::{
     bmp, media_summary, probe_verdict, transcript_words, word_error_rate, MediaSummary, ProbeAnswer, ProbeVerdict,
 };
-pub use report::{
-    decide, scores, summarize, write_csv, Conversation, HeadSummary, Row, Scenario, Spread, Summary, Weights,
-};
+pub use report::{decide, summarize, write_csv, Conversation, HeadSummary, Row, Scenario, Spread, Summary};
+pub use runner::{run, run_measured};
 pub use table::table;
+pub use verdict::{verdict, Decision, Estimate, Ratios, Rules, ServerVerdict, Verdict, VerdictError, Weights};
+pub use verdict_report::{run_verdict, server_figures, verdict_text, write_verdict};
 
 pub use busy::BusyLoad;
 use client::{send, ServerReply};
-use media::MediaInputs;
 
 /// A server to measure.
 #[derive(Clone, Debug)]
@@ -55,6 +61,10 @@ pub struct Target {
     /// restart scenario R runs it); its last line of output, if a number, is the new process
     /// id.
     pub restart: Option<String>,
+    /// A shell command that starts the server (`--serve NAME=COMMAND`): the bench starts it
+    /// before the server's turn in each repetition and stops it after, one server resident at
+    /// a time, the order alternated per repetition.
+    pub serve: Option<String>,
 }
 
 /// What to run.
@@ -89,6 +99,9 @@ pub struct BenchConfig {
     pub scenarios: Scenarios,
     /// Devices of the changed-head scenario's home.
     pub home_entities: usize,
+    /// The quality scenario (`--quality`): answered in the first repetition, after the
+    /// server's other scenarios.
+    pub quality: Option<quality::QualityRun>,
 }
 
 /// Which scenarios a run holds.
@@ -106,6 +119,8 @@ pub enum Scenarios {
     /// The changed-head scenario alone (`--changed-head-only`): Home Assistant sessions whose
     /// system message holds a clock and the devices' states.
     ChangedHead,
+    /// Nothing but the quality scenario (`--quality-only`).
+    QualityOnly,
 }
 
 impl Scenarios {
@@ -229,45 +244,6 @@ pub fn bench_tools() -> Value {
 fn base(url: &str) -> &str {
     let url = url.trim_end_matches('/');
     url.strip_suffix("/v1").unwrap_or(url)
-}
-
-/// Runs every scenario for every server and repetition; `progress` is called after each
-/// request with the row. Never panics on server misbehaviour: it ends up in the rows.
-///
-/// # Errors
-/// [`BenchError::HttpClient`]: the HTTP client cannot be built; for the media scenario,
-/// [`BenchError::NoEspeak`] or [`BenchError::Espeak`]: its clips cannot be spoken.
-pub async fn run(config: &BenchConfig, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>, BenchError> {
-    // A fresh connection per request, for every server alike: a pooled keep-alive connection
-    // that the server closed while idle fails the next request on the client's side.
-    let client = reqwest::Client::builder()
-        .timeout(config.timeout)
-        .pool_max_idle_per_host(0)
-        .build()
-        .map_err(BenchError::HttpClient)?;
-    let media = if config.scenarios.media() { Some(MediaInputs::prepare().await?) } else { None };
-    let _busy = BusyLoad::start(config.busy_cores);
-    let mut rows = Vec::new();
-    let mut pids: Vec<Option<u32>> = config.targets.iter().map(|t| t.pid).collect();
-    for rep in 1..=config.reps {
-        for (target, pid) in config.targets.iter().zip(&mut pids) {
-            let mut bench =
-                ServerRun { config, client: &client, target, pid, rep, rows: &mut rows, progress: &mut progress };
-            if config.scenarios.text() {
-                bench.text_scenarios().await;
-            }
-            if config.scenarios == Scenarios::Together {
-                bench.together_scenario().await;
-            }
-            if config.scenarios == Scenarios::ChangedHead {
-                bench.changed_head_scenario().await;
-            }
-            if let Some(media) = &media {
-                bench.media_scenarios(media).await;
-            }
-        }
-    }
-    Ok(rows)
 }
 
 /// One server's scenarios in one repetition.

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::error::{NoDecision, WeightsError};
+use super::error::NoDecision;
 use super::home::HeadLayout;
 use super::media::{media_summary, MediaSummary};
 
@@ -82,6 +82,9 @@ pub enum Scenario {
     HeadClockLast,
     /// H: the clock as the system message's first line, then every device's state.
     HeadClockFirst,
+    /// Q: one item of the quality set (`--quality`), answered for blind grading; `turn` is the
+    /// item's position in the set, from 1 (each sample in turn).
+    Quality,
 }
 
 /// Which of the alternating scenario's two conversations a row belongs to.
@@ -345,6 +348,10 @@ pub struct Summary {
     pub media: Option<MediaSummary>,
     /// The changed-head scenario's follow-up turns per layout, when it ran (fixed first).
     pub changed_head: Vec<HeadSummary>,
+    /// The quality set's answers that came, of those asked (none asked: it did not run).
+    pub quality_answers: (u32, u32),
+    /// Their time to first token, ms.
+    pub quality_ttft: Option<Spread>,
 }
 
 /// One layout's follow-up turns (2..) in the changed-head scenario.
@@ -402,7 +409,9 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
             let warm = values(Scenario::Warm, |r| r.ttft_ms);
             let reps: Vec<u32> = {
                 let mut reps: Vec<u32> = (mine.iter())
-                    .filter(|r| !r.scenario.is_media() && !r.scenario.is_changed_head())
+                    .filter(|r| {
+                        !r.scenario.is_media() && !r.scenario.is_changed_head() && r.scenario != Scenario::Quality
+                    })
                     .map(|r| r.rep)
                     .collect();
                 reps.dedup();
@@ -454,6 +463,11 @@ pub fn summarize(rows: &[Row], peak_rss_mb: &[(String, f64)]) -> Vec<Summary> {
                 }),
                 media: media_summary(&mine),
                 changed_head: head_summaries(&mine),
+                quality_answers: {
+                    let asked = mine.iter().filter(|r| r.scenario == Scenario::Quality);
+                    (asked.clone().filter(|r| r.ok()).count() as u32, asked.count() as u32)
+                },
+                quality_ttft: Spread::of(&values(Scenario::Quality, |r| r.ttft_ms)),
             }
         })
         .collect()
@@ -519,79 +533,6 @@ pub fn decide(summaries: &[Summary]) -> Result<String, NoDecision> {
         )
     };
     Ok(format!("{} ({why})", winner.server))
-}
-
-/// Weights of the optional score.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Weights {
-    /// Tool pass rate.
-    pub quality: f64,
-    /// Decode speed after the long prompt, relative to the fastest.
-    pub decode: f64,
-    /// Warm TTFT, relative to the lowest.
-    pub ttft: f64,
-    /// Peak RSS, relative to the lowest.
-    pub rss: f64,
-}
-
-impl std::str::FromStr for Weights {
-    type Err = WeightsError;
-
-    /// `quality=0.4,decode=0.25,ttft=0.2,rss=0.15` (missing ones are 0).
-    fn from_str(text: &str) -> Result<Self, WeightsError> {
-        let mut weights = Self { quality: 0.0, decode: 0.0, ttft: 0.0, rss: 0.0 };
-        for part in text.split(',').filter(|p| !p.trim().is_empty()) {
-            let (key, value) = part.split_once('=').ok_or_else(|| WeightsError::NotKeyValue(part.to_string()))?;
-            let value: f64 = value
-                .trim()
-                .parse()
-                .map_err(|_| WeightsError::NotANumber { key: key.to_string(), value: value.to_string() })?;
-            match key.trim() {
-                "quality" => weights.quality = value,
-                "decode" => weights.decode = value,
-                "ttft" => weights.ttft = value,
-                "rss" => weights.rss = value,
-                other => return Err(WeightsError::Unknown(other.to_string())),
-            }
-        }
-        Ok(weights)
-    }
-}
-
-/// Weighted scores (0..1 per criterion, each relative to the best server), per server.
-#[must_use]
-pub fn scores(summaries: &[Summary], weights: Weights) -> Vec<(String, f64)> {
-    let best = |values: Vec<Option<f64>>, lower_is_better: bool| {
-        let known = values.into_iter().flatten();
-        if lower_is_better {
-            known.min_by(f64::total_cmp)
-        } else {
-            known.max_by(f64::total_cmp)
-        }
-    };
-    let fastest = best(summaries.iter().map(|s| s.decode_long.map(|d| d.median)).collect(), false);
-    let quickest = best(summaries.iter().map(|s| s.warm_ttft_mean).collect(), true);
-    let smallest = best(summaries.iter().map(|s| s.peak_rss_mb).collect(), true);
-    summaries
-        .iter()
-        .map(|s| {
-            let ratio = |value: Option<f64>, best: Option<f64>, lower: bool| match (value, best) {
-                (Some(v), Some(b)) if v > 0.0 && b > 0.0 => {
-                    if lower {
-                        b / v
-                    } else {
-                        v / b
-                    }
-                }
-                _ => 0.0,
-            };
-            let score = weights.quality * s.tool_pass_rate()
-                + weights.decode * ratio(s.decode_long.map(|d| d.median), fastest, false)
-                + weights.ttft * ratio(s.warm_ttft_mean, quickest, true)
-                + weights.rss * ratio(s.peak_rss_mb, smallest, true);
-            (s.server.clone(), score)
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -60,6 +60,11 @@ const MEDIA: [Column; 3] = [
 
 /// The changed-head scenario's columns: the fixed layout's follow-up turns, then each clock
 /// layout's against them.
+const QUALITY: [Column; 2] = [
+    Column { header: "quality set: answered", cell: |s| format!("{} of {}", s.quality_answers.0, s.quality_answers.1) },
+    Column { header: "quality set: TTFT ms", cell: |s| show(s.quality_ttft) },
+];
+
 const HEAD: [Column; 6] = [
     Column { header: "fixed head: tokens evaluated", cell: |s| head(s, HeadLayout::Fixed, |h| h.evaluated) },
     Column { header: "fixed head: TTFT ms", cell: |s| head(s, HeadLayout::Fixed, |h| h.ttft) },
@@ -84,10 +89,12 @@ pub fn table(summaries: &[Summary]) -> String {
     let text = summaries.iter().any(Summary::ran_text);
     let media = summaries.iter().any(|s| s.media.is_some());
     let changed_head = summaries.iter().any(|s| !s.changed_head.is_empty());
+    let quality = summaries.iter().any(|s| s.quality_answers.1 > 0);
     let columns: Vec<&Column> = (if text { &TEXT[..] } else { &[] })
         .iter()
         .chain(if media { &MEDIA[..] } else { &[] })
         .chain(if changed_head { &HEAD[..] } else { &[] })
+        .chain(if quality { &QUALITY[..] } else { &[] })
         .chain([&RSS])
         .collect();
     let mut out = String::from("server");

@@ -81,12 +81,12 @@ fn read_and_remove(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// A chat `input_audio` part holding a WAV clip.
-pub(super) fn audio_part(wav: &[u8]) -> Value {
+pub(in crate::bench) fn audio_part(wav: &[u8]) -> Value {
     json!({"type": "input_audio", "input_audio": {"data": base64(wav), "format": "wav"}})
 }
 
 /// A chat `image_url` part holding a BMP picture as a data URL.
-pub(super) fn image_part(bmp: &[u8]) -> Value {
+pub(in crate::bench) fn image_part(bmp: &[u8]) -> Value {
     json!({"type": "image_url", "image_url": {"url": format!("data:image/bmp;base64,{}", base64(bmp))}})
 }
 
