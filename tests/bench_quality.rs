@@ -200,9 +200,15 @@ async fn a_judge_that_answers_garbage_is_reported_and_grades_nothing() {
     std::fs::remove_dir_all(&path).expect("clean up");
 }
 
-/// A port nobody listens on now.
+/// A port nobody listens on now, below Linux's ephemeral range (32768 and up), so that no
+/// other test's server, bound to port 0, can take it before the served command does.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+    loop {
+        let port = fastrand::u16(20_000..32_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 fn listens(port: u16) -> bool {

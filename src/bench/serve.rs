@@ -20,11 +20,25 @@ pub(super) struct Served {
     log: PathBuf,
 }
 
-/// The process group of a process, from `/proc/PID/stat` (its fifth field; the name before it
-/// is in parentheses and may hold spaces).
+/// The process group of a live process (not a zombie), from `/proc/PID/stat` (its third and
+/// fifth fields; the name before them is in parentheses and may hold spaces).
 fn process_group(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].split_whitespace().nth(2)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    fields.nth(1)?.parse().ok()
+}
+
+/// The live processes of process group `group` (Linux; none elsewhere).
+fn group_members(group: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| process_group(pid) == Some(group))
+        .collect()
 }
 
 /// The last lines of a log, to quote.
@@ -91,27 +105,33 @@ impl Served {
     /// The highest peak resident memory so far of the processes in the command's group (the
     /// shell's, the server's), MB; Linux only.
     pub(super) fn peak_rss_mb(&self) -> Option<f64> {
-        let entries = std::fs::read_dir("/proc").ok()?;
-        entries
-            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|&pid| process_group(pid) == Some(self.pid))
-            .filter_map(peak_rss_mb)
-            .max_by(f64::total_cmp)
+        group_members(self.pid).into_iter().filter_map(peak_rss_mb).max_by(f64::total_cmp)
     }
 
     /// Stops the server's whole process group: SIGTERM, then SIGKILL after 20 s (and once
-    /// more when dropped: a process the shell left behind).
+    /// more when dropped), and returns once none of its processes is left (a server the shell
+    /// started may outlive the shell, holding its port).
     pub(super) async fn stop(mut self) {
         let group = i32::try_from(self.pid).ok().and_then(rustix::process::Pid::from_raw);
-        if let Some(group) = group {
-            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::TERM);
-        }
-        if tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await.is_err() {
-            eprintln!("{} did not stop in 20 s after SIGTERM: killed", self.name);
+        let signal = |signal| {
             if let Some(group) = group {
-                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+                let _ = rustix::process::kill_process_group(group, signal);
             }
+        };
+        signal(rustix::process::Signal::TERM);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let _ = tokio::time::timeout_at(deadline, self.child.wait()).await;
+        while !group_members(self.pid).is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if !group_members(self.pid).is_empty() || self.child.try_wait().ok().flatten().is_none() {
+            eprintln!("{} did not stop in 20 s after SIGTERM: killed", self.name);
+            signal(rustix::process::Signal::KILL);
             let _ = self.child.wait().await;
+            while !group_members(self.pid).is_empty() && tokio::time::Instant::now() < deadline + Duration::from_secs(5)
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
         let _ = std::fs::remove_file(&self.log);
     }

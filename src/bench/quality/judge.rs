@@ -87,10 +87,11 @@ fn request(config: &JudgeConfig, unit: &Unit, order: &[usize]) -> Value {
     for (position, &index) in order.iter().enumerate() {
         prompt.push_str(&format!("\nAnswer {}:\n{}\n", position + 1, unit.choices[index].text));
     }
-    let slots = vec!["<1-5>"; order.len()].join(", ");
     prompt.push_str(&format!(
-        "\nFirst say in one sentence how each answer compares with a good answer, then score each answer. \
-         Reply with JSON only: {{\"reasoning\": \"<your sentence>\", \"scores\": [{slots}]}}"
+        "\nCompare each answer with what a good answer says. Reply with one JSON object and nothing else: \
+         its key \"reasoning\" holds your comparison in one sentence of your own words, its key \"scores\" \
+         a list of {} whole numbers from 1 to 5, one per answer, in the order of the answers.",
+        order.len()
     ));
     let schema = json!({"type": "object", "properties": {
             "reasoning": {"type": "string", "maxLength": 400},
