@@ -84,8 +84,8 @@ pub fn decide_run(dir: &RunDir, options: &VerdictOptions) -> Result<Verdict, Ben
     let incumbent = options.incumbent.clone().or(first).unwrap_or_default();
     let rules = Rules { weights: options.weights, incumbent, switch_margin: options.switch_margin };
     let (verdict, agreement) = run_verdict(dir, &rules, options.by)?;
+    print!("{}", verdict_text(&verdict, options.by, agreement.as_ref()));
     write_verdict(dir, &verdict, options.by, agreement)?;
-    print!("{}", verdict_text(&verdict, options.by, agreement));
     Ok(verdict)
 }
 

@@ -85,7 +85,7 @@ fn cell(value: Option<f64>) -> String {
 
 /// The verdict as text: its sentence, the table of ratios, the judge's agreement.
 #[must_use]
-pub fn verdict_text(verdict: &Verdict, grader: Grader, agreement: Option<Agreement>) -> String {
+pub fn verdict_text(verdict: &Verdict, grader: Grader, agreement: Option<&Agreement>) -> String {
     let who = match grader {
         Grader::Person => "a person",
         Grader::Judge => "the judge model",
@@ -117,6 +117,9 @@ pub fn verdict_text(verdict: &Verdict, grader: Grader, agreement: Option<Agreeme
             "  the judge's grades agree with the person's on {} of {} comparisons ({share:.0}%); scores differ by {:.2} on average",
             a.agreeing, a.pairs, a.mean_abs_difference
         );
+        for (server, (person, judge)) in &a.means {
+            let _ = writeln!(text, "  {server}: mean score {person:.2} from the person, {judge:.2} from the judge");
+        }
     }
     text
 }
@@ -200,6 +203,18 @@ mod tests {
         let verdict = verdict(&figures, &[], &rules).expect("verdict");
         assert_eq!(verdict.decision, Decision::Stay);
         let text = verdict_text(&verdict, Grader::Judge, None);
+        let agreement = Agreement {
+            means: [("a".to_string(), (4.0, 3.5))].into(),
+            pairs: 4,
+            agreeing: 3,
+            mean_abs_difference: 0.5,
+        };
+        let both = verdict_text(&verdict, Grader::Person, Some(&agreement));
+        assert!(
+            both.contains("agree with the person's on 3 of 4 comparisons (75%)")
+                && both.contains("  a: mean score 4.00 from the person, 3.50 from the judge"),
+            "{both}"
+        );
         assert!(text.starts_with("verdict (quality graded blind by the judge model): stay with a: b fails"), "{text}");
         assert!(text.contains("  b | - | - | 2.00 | - | - | 2.00 | tool check failed 3 of 3"), "{text}");
         let path = std::env::temp_dir().join(format!("firstword-verdict-{}.svg", std::process::id()));

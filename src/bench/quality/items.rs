@@ -229,6 +229,26 @@ mod tests {
     }
 
     #[test]
+    fn media_stand_ins_become_the_media_scenarios_parts() {
+        use super::super::super::media::SpokenClip;
+        let set = QualitySet::parse(
+            "{\"id\": \"a\", \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"bench_clip\", \"clip\": 0}, \
+             {\"type\": \"bench_picture\", \"picture\": 0}, {\"type\": \"bench_clip\", \"clip\": 9}, {\"type\": \"text\", \"text\": \"Describe.\"}]}]}",
+        )
+        .expect("set");
+        let media =
+            MediaInputs { clips: vec![SpokenClip { text: "hi", wav: b"RIFF".to_vec() }], images: vec![b"BM".to_vec()] };
+        let parts = set.items[0].body("m", 0, Some(&media))["messages"][0]["content"].clone();
+        assert_eq!(parts[0]["input_audio"]["data"], "UklGRg==");
+        assert_eq!(parts[1]["image_url"]["url"], "data:image/bmp;base64,Qk0=");
+        assert_eq!(
+            parts[2]["type"], "bench_clip",
+            "a clip the scenario lacks stays as written (the server refuses it)"
+        );
+        assert_eq!(parts[3]["text"], "Describe.");
+    }
+
+    #[test]
     fn media_stand_ins_are_found() {
         let set = QualitySet::parse(
             "{\"id\": \"a\", \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"bench_clip\", \"clip\": 1}]}]}",

@@ -111,9 +111,13 @@ pub fn latest_grades(grades: &[Grade], grader: Grader) -> BTreeMap<UnitKey, &Gra
 }
 
 /// How a judge's grades agree with a person's on the units both graded: for every pair of
-/// servers in a unit, whether both prefer the same one (or both see a tie).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+/// servers in a unit, whether both prefer the same one (or both see a tie), and each server's
+/// mean score from each grader side by side.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Agreement {
+    /// Per server, its mean score from the person and from the judge, over the units both
+    /// graded.
+    pub means: BTreeMap<String, (f64, f64)>,
     /// Pairs compared.
     pub pairs: usize,
     /// Pairs where the preference agrees.
@@ -128,11 +132,14 @@ pub fn agreement(grades: &[Grade]) -> Option<Agreement> {
     let person = latest_grades(grades, Grader::Person);
     let judge = latest_grades(grades, Grader::Judge);
     let (mut pairs, mut agreeing, mut differences) = (0, 0, Vec::new());
+    let mut sums: BTreeMap<String, (f64, f64, usize)> = BTreeMap::new();
     for (key, p) in &person {
         let Some(j) = judge.get(key) else { continue };
         let servers: Vec<&String> = p.scores.keys().filter(|s| j.scores.contains_key(*s)).collect();
         for s in &servers {
             differences.push((p.scores[*s] - j.scores[*s]).abs());
+            let sum = sums.entry((*s).clone()).or_default();
+            *sum = (sum.0 + p.scores[*s], sum.1 + j.scores[*s], sum.2 + 1);
         }
         for (i, a) in servers.iter().enumerate() {
             for b in &servers[i + 1..] {
@@ -148,7 +155,8 @@ pub fn agreement(grades: &[Grade]) -> Option<Agreement> {
         return None;
     }
     let mean_abs_difference = differences.iter().sum::<f64>() / differences.len() as f64;
-    Some(Agreement { pairs, agreeing, mean_abs_difference })
+    let means = sums.into_iter().map(|(s, (p, j, n))| (s, (p / n as f64, j / n as f64))).collect();
+    Some(Agreement { means, pairs, agreeing, mean_abs_difference })
 }
 
 /// What is wrong with a quality set, a run directory or a grade.
@@ -227,6 +235,8 @@ mod tests {
         let agreement = agreement(&grades).expect("grades");
         assert_eq!((agreement.pairs, agreement.agreeing), (2, 1));
         assert!((agreement.mean_abs_difference - 1.0).abs() < 1e-9);
+        assert_eq!(agreement.means["x"], (4.0, 3.0));
+        assert_eq!(agreement.means["y"], (2.5, 3.5));
         assert_eq!(super::agreement(&grades[..1]), None);
     }
 
