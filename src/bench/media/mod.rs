@@ -9,7 +9,9 @@ mod verdict;
 use serde_json::{json, Value};
 
 pub use inputs::bmp;
-pub(super) use inputs::{audio_part, image_part, MediaInputs, SpokenClip};
+#[cfg(test)]
+pub(super) use inputs::SpokenClip;
+pub(super) use inputs::{audio_part, image_part, MediaInputs};
 pub use verdict::{
     media_summary, probe_verdict, transcript_words, word_error_rate, MediaSummary, ProbeAnswer, ProbeVerdict,
 };
