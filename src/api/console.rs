@@ -26,12 +26,19 @@ struct Asset {
     body: &'static str,
 }
 
+/// The console's look: colours (light and dark), header, layout, messages, controls. The
+/// grading page of `firstword bench grade` builds on it.
+pub(crate) const CONSOLE_STYLE: &str = include_str!("console/console.css");
+
+/// The content type of stylesheets.
+pub(crate) const CSS: &str = "text/css; charset=utf-8";
+
 /// The content type of the page's script modules.
 const JS: &str = "text/javascript; charset=utf-8";
 
 /// The page's files (ES modules and the style sheet).
 const ASSETS: &[Asset] = &[
-    Asset { name: "console.css", content_type: "text/css; charset=utf-8", body: include_str!("console/console.css") },
+    Asset { name: "console.css", content_type: CSS, body: CONSOLE_STYLE },
     Asset { name: "app.js", content_type: JS, body: include_str!("console/app.js") },
     Asset { name: "api.js", content_type: JS, body: include_str!("console/api.js") },
     Asset { name: "chat.js", content_type: JS, body: include_str!("console/chat.js") },
@@ -66,11 +73,18 @@ pub(super) async fn asset(Path(name): Path<String>) -> Response {
     }
 }
 
-/// `body` with its type and the page's security headers.
+/// `body` with its type and the console's security headers.
 fn served(content_type: &'static str, body: &'static str) -> Response {
+    page_file(content_type, CONTENT_SECURITY_POLICY, body)
+}
+
+/// One embedded file of a page this binary serves (the console, `firstword bench grade`'s
+/// page): its type, the page's `policy` as Content-Security-Policy, and the headers both pages
+/// share (no type sniffing, no referrer, revalidated each time).
+pub(crate) fn page_file(content_type: &'static str, policy: &'static str, body: &'static str) -> Response {
     let headers: [(HeaderName, HeaderValue); 5] = [
         (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
-        (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY)),
+        (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(policy)),
         (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
         (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
         // Revalidated each time, so a new binary's page is never mixed with an old script.

@@ -44,6 +44,7 @@ use tokio::sync::Semaphore;
 use tower_http::catch_panic::CatchPanicLayer;
 
 pub use access::{AllowedHosts, ApiKeys, CorsOrigins};
+pub(crate) use console::{page_file, CONSOLE_STYLE, CSS};
 pub use convert::warm_prompt;
 pub use error::{ApiError, OutputError, Refusal};
 

@@ -68,9 +68,25 @@ pub struct VerdictOptions {
     pub by: Grader,
 }
 
+impl VerdictOptions {
+    /// The margin unless asked otherwise: 5%.
+    pub const DEFAULT_SWITCH_MARGIN: f64 = 0.05;
+
+    /// The verdict's rules, the incumbent `first` (the first server measured) unless named.
+    fn rules(&self, first: Option<String>) -> Rules {
+        let incumbent = self.incumbent.clone().or(first).unwrap_or_default();
+        Rules { weights: self.weights, incumbent, switch_margin: self.switch_margin }
+    }
+}
+
 impl Default for VerdictOptions {
     fn default() -> Self {
-        Self { weights: Weights::default(), incumbent: None, switch_margin: 0.05, by: Grader::Person }
+        Self {
+            weights: Weights::default(),
+            incumbent: None,
+            switch_margin: Self::DEFAULT_SWITCH_MARGIN,
+            by: Grader::Person,
+        }
     }
 }
 
@@ -81,9 +97,7 @@ impl Default for VerdictOptions {
 /// The directory cannot be read or written, or the incumbent was not measured.
 pub fn decide_run(dir: &RunDir, options: &VerdictOptions) -> Result<Verdict, BenchError> {
     let first = dir.figures().map_err(BenchError::Quality)?.first().map(|f| f.name.clone());
-    let incumbent = options.incumbent.clone().or(first).unwrap_or_default();
-    let rules = Rules { weights: options.weights, incumbent, switch_margin: options.switch_margin };
-    let (verdict, agreement) = run_verdict(dir, &rules, options.by)?;
+    let (verdict, agreement) = run_verdict(dir, &options.rules(first), options.by)?;
     print!("{}", verdict_text(&verdict, options.by, agreement.as_ref()));
     write_verdict(dir, &verdict, options.by, agreement)?;
     Ok(verdict)
@@ -191,12 +205,7 @@ pub async fn execute(config: &BenchConfig, outputs: &Outputs) -> Result<(), Benc
         );
     } else if let Some(options) = &outputs.verdict {
         // No quality set: the verdict says that speed alone does not decide.
-        let first = config.targets.first().map(|t| t.name.clone()).unwrap_or_default();
-        let rules = Rules {
-            weights: options.weights,
-            incumbent: options.incumbent.clone().unwrap_or(first),
-            switch_margin: options.switch_margin,
-        };
+        let rules = options.rules(config.targets.first().map(|t| t.name.clone()));
         let verdict = super::verdict(&server_figures(&summaries), &[], &rules).map_err(BenchError::Verdict)?;
         print!("{}", verdict_text(&verdict, options.by, None));
     }

@@ -366,17 +366,6 @@ pub struct HeadSummary {
 }
 
 impl Summary {
-    /// Tool pass rate, 0..1.
-    #[must_use]
-    pub fn tool_pass_rate(&self) -> f64 {
-        let (passed, total) = self.tool_passes;
-        if total == 0 {
-            0.0
-        } else {
-            f64::from(passed) / f64::from(total)
-        }
-    }
-
     /// Whether every repetition's tool checks passed.
     #[must_use]
     pub fn tool_pass(&self) -> bool {

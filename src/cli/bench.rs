@@ -70,7 +70,7 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub incumbent: Option<String>,
     /// The verdict: how much another server's weighted score must beat the incumbent's by.
-    #[arg(long = "switch-margin", default_value_t = 0.05)]
+    #[arg(long = "switch-margin", default_value_t = VerdictOptions::DEFAULT_SWITCH_MARGIN)]
     pub switch_margin: f64,
     /// Also answer a quality set for blind grading: a JSONL file, or the built-in set when no
     /// file is given. The answers go into --run-dir.
@@ -264,7 +264,7 @@ pub(crate) struct VerdictArgs {
     #[arg(long)]
     pub incumbent: Option<String>,
     /// How much another server's weighted score must beat the incumbent's by.
-    #[arg(long = "switch-margin", default_value_t = 0.05)]
+    #[arg(long = "switch-margin", default_value_t = VerdictOptions::DEFAULT_SWITCH_MARGIN)]
     pub switch_margin: f64,
     /// Whose blind grades count: person, or judge.
     #[arg(long, default_value = "person")]

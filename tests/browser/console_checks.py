@@ -21,23 +21,10 @@ import tempfile
 import urllib.request
 import wave
 
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-CHROMIUM = os.environ.get("FIRSTWORD_CHROMIUM", "/usr/bin/chromium")
-# As a root process on a machine without a display or outside network: no sandbox, no GPU, and
-# none of Chromium's own background connections (refused here, and slow to fail).
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
-# Far above what a step takes on 2 busy cores; only a hang reaches it.
-STEP_MS = 90_000
+from chromium import STEP_MS, CheckFailed, expect_that, run_check
+
 
 # Replaces speech recognition and synthesis before the page's scripts run.
 VOICE_STUBS = """
@@ -112,15 +99,6 @@ new MutationObserver(() => {
 
 # A reply's figures: its TTFT (ms, or s past a second), decode rate, reused and evaluated tokens.
 FIGURES = re.compile(r"TTFT ([\d.]+ m?s)(?: · decode [\d.]+ tok/s)? · prompt (\d+) reused / (\d+) evaluated")
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def expect_that(condition, reason):
-    if not condition:
-        raise CheckFailed(reason)
 
 
 def long_text(topic, facts):
@@ -453,39 +431,23 @@ CHECKS = {
 
 def main():
     base, name = sys.argv[1], sys.argv[2]
-    if not os.access(CHROMIUM, os.X_OK):
-        print(f"FAIL {name}: no Chromium at {CHROMIUM}: install Debian's chromium (bash scripts/setup-system.sh browser; make test does)")
-        sys.exit(1)
-    args = list(CHROMIUM_ARGS)
+    args = []
     if name == "server_recogniser":
         # A fake microphone playing a clip, allowed without asking.
         clip = os.path.join(tempfile.mkdtemp(), "utterance.wav")
         utterance_wav(clip)
-        args += [
+        args = [
             "--use-fake-ui-for-media-stream",
             "--use-fake-device-for-media-stream",
             f"--use-file-for-fake-audio-capture={clip}",
             "--autoplay-policy=no-user-gesture-required",
         ]
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
-        context = browser.new_context(viewport={"width": 1280, "height": 1000})
-        page = context.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" and "401" not in m.text else None)
-        try:
-            if name == "api_key":
-                check_api_key(page, base, sys.argv[3])
-            else:
-                CHECKS[name](page, base)
-            expect_that(not errors, f"errors in the page: {errors}")
-        except Exception as e:  # noqa: BLE001 - every failure is reported with the page's state
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-            print(f"page errors: {errors}")
-            sys.exit(1)
-        finally:
-            browser.close()
+    if name == "api_key":
+        check = lambda page: check_api_key(page, base, sys.argv[3])  # noqa: E731
+    else:
+        check = lambda page: CHECKS[name](page, base)  # noqa: E731
+    # The API-key check provokes a 401 on purpose.
+    run_check(name, check, args, ignored_console=lambda text: "401" in text)
 
 
 if __name__ == "__main__":

@@ -14,36 +14,14 @@ import os
 import re
 import sys
 
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-CHROMIUM = os.environ.get("FIRSTWORD_CHROMIUM", "/usr/bin/chromium")
-# As a root process on a machine without a display or outside network: no sandbox, no GPU, and
-# none of Chromium's own background connections (refused here, and slow to fail).
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
-# Far above what a step takes on 2 busy cores; only a hang reaches it.
-STEP_MS = 90_000
+from chromium import STEP_MS, expect_that, run_check
+
 
 # The servers' names in the run: distinctive, so that any trace of them is found.
 NAMES = ["server-alpha-7731", "server-bravo-5520"]
 ITEMS = ["capital", "lights", "hello", "timer"]
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def expect_that(condition, reason):
-    if not condition:
-        raise CheckFailed(reason)
 
 
 def open_page(page, base, item):
@@ -214,25 +192,7 @@ CHECKS = {
 
 def main():
     base, run_dir, name = sys.argv[1], sys.argv[2], sys.argv[3]
-    if not os.access(CHROMIUM, os.X_OK):
-        print(f"FAIL {name}: no Chromium at {CHROMIUM}: install Debian's chromium (bash scripts/setup-system.sh browser; make test does)")
-        sys.exit(1)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 1000})
-        page = context.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        try:
-            CHECKS[name](page, base, run_dir)
-            expect_that(not errors, f"errors in the page: {errors}")
-        except Exception as e:  # noqa: BLE001 - every failure is reported with the page's state
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-            print(f"page errors: {errors}")
-            sys.exit(1)
-        finally:
-            browser.close()
+    run_check(name, lambda page: CHECKS[name](page, base, run_dir))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -33,7 +33,7 @@ pub use error::GradeError;
 const PAGE: &str = include_str!("page.html");
 /// The page's script.
 const SCRIPT: &str = include_str!("page.js");
-/// The page's style, the console's look.
+/// The page's own style, on top of the console's.
 const STYLE: &str = include_str!("page.css");
 
 /// This origin's files and API only: no inline script, no other origin, no framing.
@@ -60,6 +60,7 @@ pub fn grading_router(dir: RunDir) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/grade.js", get(script))
+        .route("/console.css", get(console_style))
         .route("/grade.css", get(style))
         .route("/api/next", get(next_unit))
         .route("/api/grade", post(grade_unit))
@@ -160,21 +161,19 @@ async fn script() -> Response {
     served("text/javascript; charset=utf-8", SCRIPT)
 }
 
-/// `GET /grade.css`: the page's style.
-async fn style() -> Response {
-    served("text/css; charset=utf-8", STYLE)
+/// `GET /console.css`: the console's look, which the page builds on.
+async fn console_style() -> Response {
+    served(crate::api::CSS, crate::api::CONSOLE_STYLE)
 }
 
-/// `body` with its type and the page's security headers.
+/// `GET /grade.css`: the page's own rules, after the console's.
+async fn style() -> Response {
+    served(crate::api::CSS, STYLE)
+}
+
+/// `body` with its type and this page's security headers.
 fn served(content_type: &'static str, body: &'static str) -> Response {
-    let headers: [(HeaderName, HeaderValue); 5] = [
-        (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
-        (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY)),
-        (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
-        (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
-        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-    ];
-    (headers, body).into_response()
+    crate::api::page_file(content_type, CONTENT_SECURITY_POLICY, body)
 }
 
 /// A JSON answer that no cache keeps (it changes with every grade).

@@ -231,6 +231,8 @@ async fn the_page_is_served_under_a_policy_of_this_origin_only() {
     assert!(status.is_success() && body.contains("/grade.js") && body.contains("/grade.css"));
     assert!(!body.contains("http://") && !body.contains("https://"), "nothing from the network");
     assert_eq!(send(&router, "GET", "/grade.css", &[], "").await.0, StatusCode::OK);
+    let (status, style) = send(&router, "GET", "/console.css", &[], "").await;
+    assert!(status.is_success() && body.contains("/console.css") && style.contains("--accent"), "{style}");
     let (status, body) = send(&router, "GET", "/secret", &[], "").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body.contains("not_found_error"), "{body}");
