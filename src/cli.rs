@@ -175,6 +175,11 @@ pub(crate) struct CacheArgs {
     /// Seconds parked reply tokens wait for their request.
     #[arg(long = "park-seconds", value_name = "S", env = "FIRSTWORD_PARK_SECONDS", default_value_t = EngineConfig::DEFAULT_PARK_FOR.as_secs())]
     pub park_seconds: u64,
+    /// Milliseconds the engine waits after a reply for a request sent right after it (an
+    /// automation, a title request, another satellite), which is then served before the
+    /// cache is readied for the next turn (0: the next turn is readied first).
+    #[arg(long = "next-request-grace-ms", value_name = "MS", env = "FIRSTWORD_NEXT_REQUEST_GRACE_MS", default_value_t = EngineConfig::DEFAULT_NEXT_REQUEST_GRACE.as_millis() as u64, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub next_request_grace_ms: u64,
 }
 
 /// Speculative decoding.
@@ -385,6 +390,7 @@ impl ServeArgs {
                 ..firstword::engine::ChangeRules::default()
             },
             park_for: Duration::from_secs(self.cache.park_seconds),
+            next_request_grace: Duration::from_millis(self.cache.next_request_grace_ms),
             mlock: model.mlock,
             mmap: !model.no_mmap,
             chat_template_file: model.chat_template_file.clone(),

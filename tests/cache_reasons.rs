@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::one_sequence_config as test_config;
 use common::{gemma3_path, generate, long_system_prompt, settled_cache, smollm2_path, Generated};
 use firstword::{
@@ -131,19 +133,36 @@ fn a_window_the_small_swa_cache_dropped_is_reported_as_swa_window() {
 /// After a reply the engine evaluates what the template writes before the next user's words
 /// (`<|im_end|>\n<|im_start|>user\n` here), so the next turn prefills only those words and its
 /// generation prompt; the answer is the same as without it.
+///
+/// With a grace for a request sent right after the reply (`next_request_grace`, long here so
+/// that the timing is forced), turn 2 submitted as soon as turn 1 finished is served before
+/// any of that preparation: it caches what an engine without anticipation caches, with the
+/// same answer. A command that is no request (waiting for idle) ends the grace and the
+/// preparation runs as without one.
 #[test]
 fn the_next_turns_opening_is_evaluated_after_the_reply() {
-    let turn2 = |anticipate: bool| {
-        let config = EngineConfig { anticipate_next_turn: anticipate, ..test_config(smollm2_path()) };
+    let turn2 = |anticipate: bool, grace: Duration, settle: bool| {
+        let config =
+            EngineConfig { anticipate_next_turn: anticipate, next_request_grace: grace, ..test_config(smollm2_path()) };
         let engine = Engine::start(config).expect("model loads");
         let mut messages =
             vec![ChatMessage::system(long_system_prompt(300)), ChatMessage::user("Which facts mention trains?")];
         let turn1 = ask(&engine, &messages, 12);
+        if settle {
+            engine.wait_idle_blocking();
+        }
         messages.push(ChatMessage::assistant(turn1.text));
         messages.push(ChatMessage::user("And gardens?"));
         ask(&engine, &messages, 12)
     };
-    let (with, without) = (turn2(true), turn2(false));
+    let grace = Duration::from_secs(30);
+    let (with, without) = (turn2(true, Duration::ZERO, false), turn2(false, Duration::ZERO, false));
+    let (followed, settled) = (turn2(true, grace, false), turn2(true, grace, true));
+    eprintln!("followed at once {:?}, after idle {:?}", followed.timings.cache, settled.timings.cache);
+    assert_eq!(followed.usage, without.usage, "the request sent at once did not wait for the preparation");
+    assert_eq!(followed.text, without.text);
+    assert_eq!(settled.usage, with.usage, "waiting for idle ended the grace: the turn was prepared");
+    assert_eq!(settled.text, with.text);
     eprintln!("anticipated {:?}, plain {:?}", with.timings.cache, without.timings.cache);
     assert_eq!(outcome(&with.timings.cache), (CacheSource::Live, None));
     assert!(

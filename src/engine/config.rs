@@ -122,6 +122,14 @@ pub struct EngineConfig {
     pub pregenerate: u32,
     /// How long parked reply tokens wait for their request.
     pub park_for: std::time::Duration,
+    /// How long the engine waits after a reply, before it readies the cache for the
+    /// conversation's next turn, for a request sent right after it (an automation, a title
+    /// request, another satellite): one that comes in that time is served first, and the
+    /// preparation (up to a batch of the reply's tail evaluated again) is skipped, since a turn
+    /// of the same conversation evaluates that tail itself. Zero: the preparation always runs
+    /// first (the library's default, so that turns sent back to back cache the same way
+    /// whatever the timing; the command line's is [`Self::DEFAULT_NEXT_REQUEST_GRACE`]).
+    pub next_request_grace: std::time::Duration,
 }
 
 impl EngineConfig {
@@ -154,6 +162,10 @@ impl EngineConfig {
     /// Default time parked reply tokens wait for their request: longer than a voice pipeline's
     /// end-of-turn silence.
     pub const DEFAULT_PARK_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+    /// The command line's wait for a request sent right after a reply
+    /// ([`Self::next_request_grace`]): longer than a local client takes to read a reply's end
+    /// and send its next request, far shorter than a person's next turn.
+    pub const DEFAULT_NEXT_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
     /// Default idle time after a reply before the conversation is copied for the disk cache.
     pub const DEFAULT_PERSIST_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -194,6 +206,7 @@ impl EngineConfig {
             persist_after_idle: Self::DEFAULT_PERSIST_AFTER_IDLE,
             pregenerate: Self::DEFAULT_PREGENERATE,
             park_for: Self::DEFAULT_PARK_FOR,
+            next_request_grace: std::time::Duration::ZERO,
         }
     }
 

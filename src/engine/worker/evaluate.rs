@@ -17,7 +17,7 @@ use crate::engine::media::{MediaInput, MediaSpan};
 use crate::engine::policy::{self, Derivation, PartialMarks, Purpose};
 use crate::engine::reply::{still_wanted, Halt};
 use crate::engine::sequence::PromptMedia;
-use crate::engine::{CacheMiss, CacheReport, CacheSource, Event, Prompt, RequestPath};
+use crate::engine::{CacheMiss, CacheReport, CacheSource, Command, Event, Prompt, RequestPath};
 
 /// Prompt tokens a prefill evaluates between checks for a waiting generation request: about a
 /// second of a small model on a 2-core CPU, a few milliseconds on a GPU.
@@ -224,13 +224,16 @@ impl Session<'_> {
     }
 
     /// Readies the cache once the client has its answer: the prompt's checkpoint, the next turn
-    /// anticipated after a reply, the drafter caught up, the status published. The copy for the
-    /// disk cache waits until the engine has been idle a moment
+    /// anticipated after a reply (unless a request sent right after the reply is waiting:
+    /// [`crate::EngineConfig::next_request_grace`]), the drafter caught up, the status
+    /// published. The copy for the disk cache waits until the engine has been idle a moment
     /// ([`crate::EngineConfig::persist_after_idle`]).
     pub(super) fn upkeep(&mut self, next_turn: Option<NextTurn<'_>>) {
         self.sequence.save_pending_checkpoint();
         if let Some(next) = next_turn {
-            self.prepare_next_turn(next.prompt, next.media, next.prompt_text, next.reply, next.reasoning_opened);
+            if !self.request_waiting(self.next_request_grace) {
+                self.prepare_next_turn(next.prompt, next.media, next.prompt_text, next.reply, next.reasoning_opened);
+            }
             self.persist_due = true;
         }
         self.sequence.save_pending_checkpoint();
@@ -288,8 +291,34 @@ impl Session<'_> {
         let text = next_prefix.unwrap_or(prompt_text + reply);
         let Ok((canonical, _)) = self.prompt_tokens(PromptInput::Text(text), media) else { return };
         self.sequence.rewrite_tail(&canonical);
-        if anticipated {
+        // A request that came while the tail was evaluated again goes first.
+        if anticipated && !self.request_waiting(Duration::ZERO) {
             self.sequence.extend_to(&canonical);
         }
+    }
+
+    /// After a reply, with a grace ([`crate::EngineConfig::next_request_grace`]) set: whether a
+    /// request (a generation or a prefill) is waiting, or comes within `wait` (not waited for
+    /// while lanes have steps to take). What is taken from the queue to see it is left for its
+    /// turn, first. Always false without a grace, so the next turn is readied whatever the
+    /// timing.
+    fn request_waiting(&mut self, wait: Duration) -> bool {
+        let is_request = |command: &Command| matches!(command, Command::Generate(_) | Command::Prefill(_));
+        if self.next_request_grace.is_zero() {
+            return false;
+        }
+        if self.deferred.iter().any(is_request) {
+            return true;
+        }
+        let command = if wait.is_zero() || self.sequence.lanes_busy() {
+            self.commands.try_recv().ok()
+        } else {
+            self.commands.recv_timeout(wait).ok()
+        };
+        command.is_some_and(|command| {
+            let request = is_request(&command);
+            self.deferred.push_back(command);
+            request
+        })
     }
 }

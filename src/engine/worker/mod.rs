@@ -198,6 +198,8 @@ struct Session<'m> {
     parked: Option<Parked>,
     /// How long parked tokens wait for their request.
     park_for: Duration,
+    /// How long a reply's upkeep waits for a request sent right after it.
+    next_request_grace: Duration,
     /// Holds the disk cache's writer while the engine computes.
     disk_writes: Option<WriteHold>,
     /// Reply tokens a prefill generates ahead when it does not say.
@@ -341,6 +343,7 @@ impl<'m> Session<'m> {
             persist_after_idle: config.persist_after_idle,
             parked: None,
             park_for: config.park_for,
+            next_request_grace: config.next_request_grace,
             disk_writes,
             pregenerate: config.pregenerate,
             parking: ParkingCounts::default(),
