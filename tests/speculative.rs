@@ -177,7 +177,10 @@ fn turn2_after(engine: &Engine, interleave: bool) -> Generated {
 fn the_state_store_serves_speculative_decoding() {
     let saving = |model: PathBuf, mode, draft_model| {
         let speculation = SpeculationConfig { mode, draft_model, always: true, ..SpeculationConfig::default() };
-        let config = firstword::EngineConfig { speculation, cache_min_tokens: 16, ..test_config(model) };
+        // One sequence: with several, a displaced conversation stays kept in its cells
+        // (tests/together.rs), where this test follows it into the RAM store.
+        let config =
+            firstword::EngineConfig { speculation, cache_min_tokens: 16, ..common::one_sequence_config(model) };
         Engine::start(config).expect("model loads")
     };
     for (model, mode, draft_model) in

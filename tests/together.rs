@@ -12,11 +12,11 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use common::{gemma3_path, generate, smollm2_path, test_config, Generated};
+use common::{gemma3_path, generate, read, smollm2_path, streaming, test_config, Generated};
+use firstword::engine::{SpecMode, SpeculationConfig};
 use firstword::{ChatMessage, Engine, EngineConfig, Event, GenerationRequest, Prompt, SamplingParams};
 
 /// How far a log-probability computed beside other conversations' kept cells may be from the
@@ -47,44 +47,6 @@ fn token_ids(engine: &Engine, texts: &[&str]) -> Vec<i32> {
         .iter()
         .filter_map(|text| engine.tokenize_blocking(&Prompt::Text((*text).into())).ok()?.last().copied())
         .collect()
-}
-
-/// A reply read to its end on a thread of its own, with when it ended; `first_pieces` gets
-/// one message once that many pieces of text have come.
-fn read(
-    mut generation: firstword::Generation,
-    first_pieces: Option<(usize, mpsc::Sender<()>)>,
-) -> (Generated, Instant) {
-    let mut text = String::new();
-    let mut pieces = 0;
-    while let Some(event) = generation.next_blocking() {
-        match event {
-            Event::Text(piece) => {
-                text.push_str(&piece);
-                pieces += 1;
-                if let Some((n, signal)) = &first_pieces {
-                    if pieces == *n {
-                        let _ = signal.send(());
-                    }
-                }
-            }
-            Event::Finished { reason, usage, timings } => {
-                return (Generated { text, reason, usage, timings }, Instant::now());
-            }
-            Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } | Event::Logprobs(_) => {}
-        }
-    }
-    panic!("no Finished event");
-}
-
-/// Submits `story` and returns its reader once the story has streamed 8 pieces of text.
-fn streaming(engine: &Engine, story: GenerationRequest) -> thread::JoinHandle<(Generated, Instant)> {
-    let (signal, eighth) = mpsc::channel();
-    let generation = engine.submit(story).expect("submitted");
-    let reader = thread::spawn(move || read(generation, Some((8, signal))));
-    eighth.recv().expect("the story streams");
-    reader
 }
 
 fn replies_beside_a_streaming_one_equal_their_replies_alone(model: PathBuf, system: &str, end_of_turn: &[&str]) {
@@ -436,4 +398,49 @@ fn a_long_prompt_drops_kept_conversations_that_would_slow_it() {
     let (x_system, _, _) = x_then_y(&engine);
     assert_eq!(engine.cache_status().lanes.kept, 0, "X was dropped before Y's prompt");
     assert_x_comes_back_from_ram(&engine, &x_system);
+}
+
+/// With speculative decoding (a draft model, the model's MTP heads), a request that comes
+/// while a reply streams still takes a lane. Its reply is not drafted and is the one plain
+/// decoding gives alone; the streaming reply goes on drafting, in batches of its own (its
+/// drafter follows sequence 0's batches alone), and began as it does alone.
+#[test]
+fn speculative_decoding_leaves_the_lanes_open() {
+    let system = common::long_system_prompt(300);
+    for (model, mode, draft_model) in
+        [(smollm2_path(), SpecMode::Draft, Some(smollm2_path())), (common::tiny_mtp_path(), SpecMode::Mtp, None)]
+    {
+        let plain = EngineConfig {
+            speculation: SpeculationConfig { mode: SpecMode::None, ..SpeculationConfig::default() },
+            ..config(model)
+        };
+        let speculation = SpeculationConfig { mode, draft_model, always: true, ..SpeculationConfig::default() };
+        let drafted = EngineConfig { speculation, ..plain.clone() };
+        let reference = Engine::start(plain).expect("the model loads");
+        let banned = token_ids(&reference, &["<|im_end|>", "<|endoftext|>"]);
+        let story = request(&system, "Tell me a long story about a dragon in a kitchen.", 160, &banned);
+        let question = request(&system, "Turn on the office light.", 24, &[]);
+        generate(&reference, story.clone());
+        let expected_b = generate(&reference, question.clone());
+        drop(reference);
+        let alone = Engine::start(drafted.clone()).expect("the model loads");
+        let expected_a = generate(&alone, story.clone());
+        drop(alone);
+
+        let engine = Engine::start(drafted).expect("the model loads");
+        let a = streaming(&engine, story);
+        let (b, b_ended) = read(engine.submit(question).expect("submitted"), None);
+        let (a, a_ended) = a.join().expect("reader");
+        eprintln!("{mode:?}: A {:?} {:?}; B {:?} {:?}", a.timings.draft, a.timings.shared, b.text, b.timings.shared);
+        assert!(b_ended < a_ended, "{mode:?}: B ended before A's long reply");
+        assert!(b.timings.shared.is_some_and(|shared| shared.sequence > 0), "{mode:?}: B took a lane");
+        assert!(b.timings.draft.is_none(), "{mode:?}: a lane's reply is not drafted");
+        assert_eq!((&b.text, b.reason), (&expected_b.text, expected_b.reason), "{mode:?}: B as plain decoding alone");
+        assert_eq!(a.usage.completion_tokens, 160, "{mode:?}: A streamed to its limit");
+        let draft = a.timings.draft.expect("A was drafted");
+        assert!(draft.drafted > 0 && draft.accepted > 0, "{mode:?}: {draft:?}");
+        assert!(a.timings.shared.is_some_and(|shared| shared.sequence == 0 && shared.replies_beside >= 1));
+        let alone_pieces: String = expected_a.text.chars().take(16).collect();
+        assert!(a.text.starts_with(&alone_pieces), "{mode:?}: A began as alone: {:?}", a.text);
+    }
 }

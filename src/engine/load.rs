@@ -227,26 +227,25 @@ pub(super) fn create_decoder<'m>(
 }
 
 /// How many sequences the context holds: `parallel`, or one where requests cannot share
-/// its steps (a drafter follows one sequence; a recurrent state would need one state per
-/// sequence, which firstword does not keep yet): requests then wait their turn, as the
-/// start-up log says.
+/// its steps (a recurrent state would need one state per sequence, which firstword does not
+/// keep yet): requests then wait their turn, as the start-up log says. With a drafter, the
+/// drafter follows sequence 0 alone and the other sequences' replies are not drafted.
 fn sequences(parallel: u32, speculating: bool, recurrent: bool) -> u32 {
     let parallel = parallel.max(1);
-    let reason = match (speculating, recurrent) {
-        _ if parallel == 1 => return 1,
-        (true, _) => "speculative decoding follows one sequence",
-        (_, true) => "the model keeps a recurrent state",
-        _ => {
-            tracing::info!(
-                "{parallel} sequences share the context: a request arriving while a reply streams starts at once"
-            );
-            return parallel;
-        }
-    };
+    if parallel == 1 {
+        return 1;
+    }
+    if recurrent {
+        tracing::info!(
+            "one sequence: the model keeps a recurrent state; a request arriving while a reply streams waits for it (--parallel {parallel} asked)"
+        );
+        return 1;
+    }
+    let drafted = if speculating { " (replies that start while another streams are not drafted)" } else { "" };
     tracing::info!(
-        "one sequence: {reason}; a request arriving while a reply streams waits for it (--parallel {parallel} asked)"
+        "{parallel} sequences share the context{drafted}: a request arriving while a reply streams starts at once"
     );
-    1
+    parallel
 }
 
 /// Whether the context can drop the last position of a sequence, as rejecting a draft does:

@@ -282,6 +282,48 @@ pub(crate) fn generate(engine: &Engine, request: GenerationRequest) -> Generated
     panic!("no Finished event");
 }
 
+/// A reply read to its end (blocking), with when it ended; `first_pieces` gets one message
+/// once that many pieces of text have come.
+pub(crate) fn read(
+    mut generation: firstword::Generation,
+    first_pieces: Option<(usize, std::sync::mpsc::Sender<()>)>,
+) -> (Generated, std::time::Instant) {
+    let mut text = String::new();
+    let mut pieces = 0;
+    while let Some(event) = generation.next_blocking() {
+        match event {
+            Event::Text(piece) => {
+                text.push_str(&piece);
+                pieces += 1;
+                if let Some((n, signal)) = &first_pieces {
+                    if pieces == *n {
+                        let _ = signal.send(());
+                    }
+                }
+            }
+            Event::Finished { reason, usage, timings } => {
+                return (Generated { text, reason, usage, timings }, std::time::Instant::now());
+            }
+            Event::Failed(e) => panic!("generation failed: {e}"),
+            Event::Started { .. } | Event::Logprobs(_) => {}
+        }
+    }
+    panic!("no Finished event");
+}
+
+/// Submits `story` and returns its reader, on a thread of its own, once the story has
+/// streamed 8 pieces of text (a reply under way, for a request sent beside it).
+pub(crate) fn streaming(
+    engine: &Engine,
+    story: GenerationRequest,
+) -> std::thread::JoinHandle<(Generated, std::time::Instant)> {
+    let (signal, eighth) = std::sync::mpsc::channel();
+    let generation = engine.submit(story).expect("submitted");
+    let reader = std::thread::spawn(move || read(generation, Some((8, signal))));
+    eighth.recv().expect("the story streams");
+    reader
+}
+
 /// Greedy generation of up to `max_tokens` for `prompt` (blocking).
 pub(crate) fn greedy(engine: &Engine, prompt: Prompt, max_tokens: u32) -> Generated {
     let request = GenerationRequest {

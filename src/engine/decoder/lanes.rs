@@ -1,7 +1,7 @@
 //! What the decoder does for lanes (`--parallel`) and for a reuse past changed spans: several
 //! sequences' tokens in one batch, cells shared between sequences, a lane's state saved,
 //! restored and dropped, sequence 0's positions removed and moved. Only the target context:
-//! lanes and changed spans run without a drafter.
+//! lanes and changed spans run without a drafter (a drafter follows sequence 0 alone).
 
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
@@ -24,14 +24,19 @@ pub(crate) struct SharedPart<'t> {
 
 impl Decoder<'_> {
     /// Evaluates several sequences' tokens in one batch, the logits of each part's last token
-    /// kept; returns each part's batch index of them, in order. Only without a drafter (whose
-    /// context follows sequence 0 alone: start-up runs one sequence then). The caller drops
-    /// the parts' sequences on failure.
+    /// kept; returns each part's batch index of them, in order. With a drafter (which follows
+    /// sequence 0 alone), only other sequences' tokens: an MTP context is first shown the
+    /// prompt batch it has not seen, whose hidden states this batch replaces. The caller
+    /// drops the parts' sequences on failure.
     pub(crate) fn decode_shared(&mut self, parts: &[SharedPart<'_>]) -> Result<Vec<i32>, EngineError> {
         fail::fail_point!("engine::decode", |_| Err(EngineError::Decode("failure injected at engine::decode".into())));
-        let Self::Plain(ctx) = self else {
-            return Err(EngineError::Internal("sequences share a batch beside a drafter".into()));
-        };
+        if self.speculates() && parts.iter().any(|part| part.seq == 0) {
+            return Err(EngineError::Internal("sequence 0 shares a batch beside its drafter".into()));
+        }
+        if let Self::Mtp(mtp) = self {
+            mtp.flush();
+        }
+        let ctx = self.target_mut();
         let total = parts.iter().map(|part| part.tokens.len()).sum::<usize>();
         let mut batch = LlamaBatch::new(total.max(1), 1);
         let mut rows = Vec::with_capacity(parts.len());

@@ -428,6 +428,12 @@ impl<'m> Decoder<'m> {
         !matches!(self, Self::Plain(_))
     }
 
+    /// Whether the drafter's context mirrors what the target evaluated for sequence 0 (MTP:
+    /// the target's hidden states), rather than following its tokens on its own.
+    pub(crate) fn mirrors_target(&self) -> bool {
+        matches!(self, Self::Mtp(_))
+    }
+
     /// Evaluates `tokens` at positions `start..` in the target; an MTP drafter sees the batch
     /// too (see [`BatchKind::PromptEnd`] for when). The caller clears the cache on failure.
     pub(crate) fn decode(&mut self, tokens: &[LlamaToken], start: usize, kind: BatchKind) -> Result<(), EngineError> {

@@ -45,9 +45,11 @@ impl Kept {
 
 impl LiveSequence<'_> {
     /// Whether conversations are kept: sequences beside sequence 0, whose cells can be shared
-    /// (a recurrent state is one per sequence and copied, never shared).
+    /// (a recurrent state is one per sequence and copied, never shared; an MTP drafter's
+    /// context holds the hidden states of sequence 0's own conversation alone, which cells
+    /// taken over from another would not match).
     fn keeps(&self) -> bool {
-        self.lanes.pool() > 0 && !self.shape.recurrent
+        self.lanes.pool() > 0 && !self.shape.recurrent && !self.decoder.mirrors_target()
     }
 
     /// Cells the kept sequences hold that sequence 0 does not.

@@ -36,6 +36,18 @@ const MIN_PROMPT_CHUNK: u32 = 16;
 /// The sequence of the live sequence (the one the cache policy, the store and the disk serve).
 pub(super) const HOME: SeqId = 0;
 
+/// Sequence 0's part in a step of the lanes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum HomePart {
+    /// Sequence 0 generates nothing now (it is idle, or evaluates a prompt).
+    Absent,
+    /// Its next token, in the same batch as the lanes' tokens.
+    Rides(LlamaToken),
+    /// It generates in a batch of its own, right after the lanes' step: its token and a
+    /// drafter's drafts (the drafter follows sequence 0's batches alone).
+    Apart,
+}
+
 /// What a lane calls with its reply's text before the client has it.
 pub(crate) type Remember<'m> = Box<dyn FnOnce(&str) + 'm>;
 
@@ -297,7 +309,7 @@ impl<'m> LiveSequence<'m> {
 
     /// One step of the lanes alone (nothing of sequence 0's rides it).
     pub(crate) fn step_lanes(&mut self) {
-        if let Err(e) = self.lanes_step(None) {
+        if let Err(e) = self.lanes_step(HomePart::Absent) {
             tracing::warn!("a step of the lanes failed: {e}");
         }
     }
@@ -316,17 +328,22 @@ impl<'m> LiveSequence<'m> {
         batch.entry(HOME).map_or(MIN_PROMPT_CHUNK as usize, |entry| entry.tokens as usize).clamp(1, chunk)
     }
 
-    /// Evaluates the lanes' part of a step, and `home` (sequence 0's next token) in the same
-    /// batch as their replies' tokens; returns the batch index of its logits. A lane's prompt
+    /// Evaluates the lanes' part of a step, and sequence 0's next token in the same batch as
+    /// their replies' tokens when it rides it; returns the batch index of its logits. The
+    /// scheduler counts sequence 0's reply whether it rides or steps apart. A lane's prompt
     /// chunk, when the scheduler gives one, is decoded first in a call of its own (see the
     /// module's note); a lane whose prompt is then complete picks its first token and joins
     /// the batch. After the batch, every lane picks its next token; a lane whose reply ends is
     /// answered, stored and freed. Lanes that fail are answered with the error; sequence 0's
     /// own failure is returned.
-    pub(super) fn lanes_step(&mut self, home: Option<LlamaToken>) -> Result<Option<i32>, EngineError> {
+    pub(super) fn lanes_step(&mut self, home_part: HomePart) -> Result<Option<i32>, EngineError> {
         let now = Instant::now();
         let epoch = self.lanes.lanes.iter().map(|lane| lane.admitted).min().unwrap_or(now);
-        let home_need = home.map(|_| Need::Token {
+        let home = match home_part {
+            HomePart::Rides(token) => Some(token),
+            HomePart::Absent | HomePart::Apart => None,
+        };
+        let home_need = (home_part != HomePart::Absent).then(|| Need::Token {
             last_at: self.lanes.home_last_token.unwrap_or(now).saturating_duration_since(epoch),
             wanted: 1,
             first_at: self.lanes.home_first_token.unwrap_or(now).saturating_duration_since(epoch),
@@ -374,6 +391,10 @@ impl<'m> LiveSequence<'m> {
             }
         };
         self.lanes.measured(parts.len(), false, started.elapsed());
+        if home_part == HomePart::Apart {
+            // Sequence 0's own batch follows: its reply ran beside these.
+            self.lanes.home_beside = self.lanes.home_beside.max(parts.len() as u32);
+        }
         tracing::debug!(replies = parts.len(), ms = started.elapsed().as_secs_f64() * 1e3, "the replies' step");
 
         let mut home_row = None;

@@ -30,7 +30,7 @@ mod restore;
 mod saved;
 
 pub(crate) use change::ChangesReused;
-use lanes::Lanes;
+use lanes::{HomePart, Lanes};
 pub(crate) use lanes::{LaneStart, Remember};
 
 /// The token list the KV cache holds (prompt and generated tokens), with the cache itself.
@@ -355,15 +355,17 @@ impl<'m> LiveSequence<'m> {
         self.room_for(tokens.len());
         self.follow_threads(tokens.len());
         // With lanes busy, a single generated token rides their step; anything else waits
-        // for their step first (see `lanes`).
-        let rides = self.lanes.busy() && kind == BatchKind::Generated && tokens.len() == 1;
-        let decoded = if rides {
-            self.lanes_step(Some(tokens[0])).and_then(|row| {
+        // for their step first (see `lanes`). With a drafter, sequence 0's tokens never ride:
+        // its drafter follows sequence 0's own batches (an MTP context reads their hidden
+        // states), and its drafts are verified in them.
+        let generates = self.lanes.busy() && kind == BatchKind::Generated;
+        let decoded = if generates && tokens.len() == 1 && !self.decoder.speculates() {
+            self.lanes_step(HomePart::Rides(tokens[0])).and_then(|row| {
                 row.ok_or_else(|| EngineError::Internal("the shared step lost sequence 0's token".into()))
             })
         } else {
             if self.lanes.busy() {
-                self.lanes_step(None)?;
+                self.lanes_step(if generates { HomePart::Apart } else { HomePart::Absent })?;
             }
             self.decoder.decode(tokens, self.cached.len(), kind).map(|()| tokens.len() as i32 - 1)
         };
