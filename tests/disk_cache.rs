@@ -599,3 +599,52 @@ fn a_second_instance_with_the_same_settings_only_reads_the_first_s_files() {
     let files = dir.cache_files();
     assert_eq!(files.len(), 3, "the first's and the second's two conversations: {files:?}");
 }
+
+/// A conversation served in a lane (its request came while another reply streamed) is written
+/// to disk too when its lane ends: after a restart its next turn comes from its file, and
+/// answers as a fresh engine given the same split.
+#[test]
+fn a_conversation_served_beside_another_reply_is_on_disk_after_a_restart() {
+    let dir = TempDir::new("lane");
+    let config = EngineConfig { parallel: 3, ..config(smollm2_path(), &dir) };
+    let (turn1, turn2) = turns(300);
+    let system = turn1[0].clone();
+    let story = vec![system, ChatMessage::user("Tell me a long story about a dragon in a kitchen.")];
+
+    let engine = Engine::start(config.clone()).expect("model loads");
+    // The story's end of turn banned: it still streams when the other request has ended.
+    let end_of_turn: Vec<i32> = ["<|im_end|>", "<|endoftext|>"]
+        .iter()
+        .filter_map(|text| engine.tokenize_blocking(&Prompt::Text((*text).into())).ok()?.last().copied())
+        .collect();
+    let story = firstword::GenerationRequest {
+        prompt: chat(&story),
+        max_tokens: Some(120),
+        sampling: firstword::SamplingParams {
+            logit_bias: end_of_turn.iter().map(|&token| (token, f32::NEG_INFINITY)).collect(),
+            ..firstword::SamplingParams::greedy()
+        },
+        ..firstword::GenerationRequest::chat(Vec::new())
+    };
+    let streaming = common::streaming(&engine, story);
+    // A reply long enough that its file serves well past the system prompt the story's
+    // conversation (live at the restart) shares with it.
+    let first = greedy(&engine, chat(&turn1), 48);
+    let (story, _) = streaming.join().expect("reader");
+    assert!(first.timings.shared.is_some_and(|shared| shared.sequence > 0), "served in a lane: {:?}", first.timings);
+    assert_eq!(story.usage.completion_tokens, 120);
+    engine.wait_idle_blocking();
+    drop(engine);
+    assert_eq!(dir.cache_files().len(), 2, "the story and the lane's conversation: {:?}", dir.cache_files());
+
+    let restarted = Engine::start(config.clone()).expect("model loads");
+    let prompt = chat(&turn2(&first.text));
+    let second = greedy(&restarted, prompt.clone(), 12);
+    let cache = second.timings.cache.clone();
+    eprintln!("lane turn {:?}; after the restart {:?} {cache:?}", first.usage, second.usage);
+    assert_eq!(cache.source, CacheSource::Disk, "{cache:?}");
+    assert!(cache.reused > first.usage.prompt_tokens, "the lane's prompt and reply come from disk: {cache:?}");
+    let fresh =
+        common::fresh_split(&EngineConfig { cache_dir: None, ..config }, &prompt, second.usage.cached_tokens, 12);
+    assert_eq!(second.text, fresh.text, "the lane's state from disk answers as a fresh engine");
+}

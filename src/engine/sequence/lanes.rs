@@ -512,10 +512,13 @@ impl<'m> LiveSequence<'m> {
 }
 
 impl LiveSequence<'_> {
-    /// Saves lane `seq`, which holds `tokens`, in the RAM store (a conversation worth keeping).
+    /// Saves lane `seq`, which holds `tokens`, in the RAM store (a conversation worth keeping)
+    /// and queues it for the disk cache's writer (the same bytes, written on its own thread
+    /// when the engine is not computing), so its next turn is warm after a restart too.
     fn keep_lane(&mut self, seq: SeqId, tokens: Vec<LlamaToken>) {
         if tokens.len() >= self.min_save {
             if let Some(state) = self.decoder.save_lane(seq) {
+                self.write_to_disk(&tokens, &state, CacheEntryKind::Snapshot);
                 self.insert(tokens, state, CacheEntryKind::Snapshot);
             }
         }
