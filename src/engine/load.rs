@@ -156,11 +156,19 @@ pub(super) fn create_decoder<'m>(
     let speculating = plan.drafter != Drafter::None;
     let rs_snapshots = if speculating { plan.draft_max } else { 0 };
     let recurrent = model.is_recurrent() || model.is_hybrid();
-    let n_seq_max = sequences(config.parallel, speculating, recurrent);
+    // llama.cpp reserves an output row per sequence in every batch: no more sequences than a
+    // batch holds (it aborts the process otherwise).
+    let parallel = config.parallel.min(n_batch);
+    if parallel < config.parallel {
+        tracing::info!("{parallel} sequences, not {}: no more than the batch size (-b {n_batch})", config.parallel);
+    }
+    let n_seq_max = sequences(parallel, speculating, recurrent);
     // Reuse past changes evaluates spans on a sequence beside sequence 0: the lanes' free
     // ones, or this one where there are none (never with a sliding window, which it avoids).
     let window = crate::engine::ffi::effective_sliding_window(model).is_some();
-    let spare_seq = (config.reuse_after_change && n_seq_max == 1 && !speculating && !recurrent && !window).then_some(1);
+    let spare_seq =
+        (config.reuse_after_change && n_seq_max == 1 && n_batch > 1 && !speculating && !recurrent && !window)
+            .then_some(1);
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(n_batch)
