@@ -666,3 +666,55 @@ fn audio_a_decoder_would_blow_up_is_refused_before_it_runs_and_the_server_stays_
         assert_eq!(after["choices"][0]["message"]["content"], before["choices"][0]["message"]["content"]);
     });
 }
+
+/// A request with a picture (or a clip) sent while another reply streams takes a lane: its
+/// text chunks stop where the media starts, the media is evaluated whole into the lane's
+/// sequence, and the reply is the one the request gives alone (a reference engine serving
+/// the same requests one after the other: the same splits). The streaming reply goes on.
+#[test]
+fn a_request_with_media_takes_a_lane_beside_a_streaming_reply() {
+    let system = common::long_system_prompt(300);
+    for (projector, media) in [
+        (vision_projector(), MediaInput::new(MediaKind::Image, red(), "test")),
+        (audio_projector(), MediaInput::new(MediaKind::Audio, tone(1.0, 440.0, 16_000), "test")),
+    ] {
+        let config = EngineConfig { parallel: 3, ..config_with(projector) };
+        let story = |engine: &Engine| {
+            let end_of_turn: Vec<i32> = ["<|im_end|>", "<|endoftext|>"]
+                .iter()
+                .filter_map(|text| engine.tokenize_blocking(&Prompt::Text((*text).into())).ok()?.last().copied())
+                .collect();
+            let messages =
+                vec![ChatMessage::system(&system), ChatMessage::user("Tell me a long story about a dragon.")];
+            GenerationRequest {
+                sampling: SamplingParams {
+                    logit_bias: end_of_turn.iter().map(|&token| (token, f32::NEG_INFINITY)).collect(),
+                    ..SamplingParams::greedy()
+                },
+                ..request(Prompt::chat(messages, Vec::new()), &[], 160)
+            }
+        };
+        let question = vec![
+            ChatMessage::system(&system),
+            ChatMessage::user(format!("{}\nQuestion: What is this?", media.marker())),
+        ];
+        let asked = request(Prompt::chat(question, Vec::new()), &[&media], 12);
+
+        let reference = Engine::start(config.clone()).expect("loads");
+        generate(&reference, story(&reference));
+        let alone = generate(&reference, asked.clone());
+        drop(reference);
+
+        let engine = Engine::start(config).expect("loads");
+        let streaming = common::streaming(&engine, story(&engine));
+        let (beside, beside_ended) = common::read(engine.submit(asked).expect("submitted"), None);
+        let (story, story_ended) = streaming.join().expect("reader");
+        eprintln!("{:?}: beside {:?} {:?}; alone {:?}", media.kind, beside.text, beside.timings.shared, alone.text);
+        assert!(beside.timings.shared.is_some_and(|shared| shared.sequence > 0), "it took a lane");
+        assert!(beside_ended < story_ended, "it ended before the story");
+        assert!(beside.usage.cached_tokens > 0, "it shared the system prompt the story evaluated");
+        assert_eq!(beside.usage.prompt_tokens, alone.usage.prompt_tokens, "the media's tokens are in the prompt");
+        assert_eq!((&beside.text, beside.reason), (&alone.text, alone.reason), "the reply it gives alone");
+        assert_eq!(story.usage.completion_tokens, 160, "the story went on to its limit");
+    }
+}

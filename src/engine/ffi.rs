@@ -98,7 +98,7 @@ impl DecodeStop {
     }
 
     /// Whether the check says stop. Never waits: while the check is being replaced it says go on.
-    fn requested(&self) -> bool {
+    pub(crate) fn requested(&self) -> bool {
         self.0.try_lock().is_some_and(|check| check.as_ref().is_some_and(|check| check()))
     }
 }

@@ -9,6 +9,7 @@ use llama_cpp_2::DecodeError;
 
 use super::{save_sequence, Decoder, SavedState};
 use crate::engine::ffi::set_sequence_state;
+use crate::engine::media::projector::{MediaPreparer, Segment};
 use crate::engine::EngineError;
 
 /// One sequence's tokens in a batch several sequences share ([`Decoder::decode_shared`]).
@@ -54,6 +55,24 @@ impl Decoder<'_> {
             e => EngineError::Decode(e.to_string()),
         })?;
         Ok(rows)
+    }
+
+    /// Evaluates a media `segment` into sequence `seq` (a lane's) at positions `start..`,
+    /// through the projector's `media` (see [`MediaPreparer::evaluate`]). Only without a
+    /// drafter (start-up turns speculation off with a projector). The caller drops what the
+    /// sequence holds past `start` on failure.
+    pub(crate) fn decode_lane_media(
+        &mut self,
+        seq: i32,
+        media: &MediaPreparer,
+        segment: &Segment,
+        start: usize,
+        n_batch: usize,
+    ) -> Result<(), EngineError> {
+        match self {
+            Self::Plain(target) => media.evaluate(segment, target, start, seq, n_batch),
+            _ => Err(EngineError::Internal("media evaluated with a drafter".into())),
+        }
     }
 
     /// Makes sequence `to` hold sequence 0's first `upto` positions. In a unified cache the

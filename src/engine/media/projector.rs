@@ -93,6 +93,29 @@ impl MediaPreparer {
         self.support.lock().clone()
     }
 
+    /// Evaluates `segment` into sequence `seq` of `target` at positions `n_past..`: its text
+    /// through llama.cpp, its media encoded and its embeddings decoded in batches of
+    /// `n_batch`. No logits.
+    ///
+    /// # Errors
+    /// Encoding or decoding failed (the caller drops what the sequence holds).
+    pub(crate) fn evaluate(
+        &self,
+        segment: &Segment,
+        target: &mut LlamaContext<'_>,
+        n_past: usize,
+        seq: i32,
+        n_batch: usize,
+    ) -> Result<(), EngineError> {
+        let n_past = i32::try_from(n_past).map_err(|_| EngineError::Decode("position out of range".into()))?;
+        let n_batch = i32::try_from(n_batch).unwrap_or(i32::MAX);
+        segment
+            .chunks
+            .eval_chunks(&mut self.ctx.write(), target, n_past, seq, n_batch, false)
+            .map(drop)
+            .map_err(|e| EngineError::Decode(format!("evaluating {}: {e}", segment.kind.as_str())))
+    }
+
     /// The samples per second audio is resampled to (none without audio).
     fn audio_sample_rate(&self) -> Option<u32> {
         self.ctx.read().get_audio_sample_rate()
@@ -251,20 +274,20 @@ impl Projector {
         self.held = media.0;
     }
 
-    /// `input`'s segment: the one its job brought, else a kept one, else prepared now (on the
+    /// `input`'s segment: the one `brought` holds (a job served beside the held one's, in a
+    /// lane), else the one the held job brought, else a kept one, else prepared now (on the
     /// inference thread: a caller that queued without preparing).
     ///
     /// # Errors
     /// As [`MediaPreparer::prepare`].
-    pub(crate) fn segment(&mut self, input: &MediaInput) -> Result<Arc<Segment>, EngineError> {
-        match self.held.iter().find(|segment| segment.id == input.id) {
+    pub(crate) fn segment(&mut self, input: &MediaInput, brought: &PreparedMedia) -> Result<Arc<Segment>, EngineError> {
+        match brought.0.iter().chain(&self.held).find(|segment| segment.id == input.id) {
             Some(segment) => Ok(Arc::clone(segment)),
             None => self.shared.prepare(input),
         }
     }
 
-    /// Evaluates `segment` into `target` at positions `n_past..`: its text through llama.cpp,
-    /// its media encoded and its embeddings decoded in batches of `n_batch`. No logits.
+    /// Evaluates `segment` into sequence 0 of `target` (see [`MediaPreparer::evaluate`]).
     ///
     /// # Errors
     /// Encoding or decoding failed (the caller clears the cache).
@@ -275,13 +298,7 @@ impl Projector {
         n_past: usize,
         n_batch: usize,
     ) -> Result<(), EngineError> {
-        let n_past = i32::try_from(n_past).map_err(|_| EngineError::Decode("position out of range".into()))?;
-        let n_batch = i32::try_from(n_batch).unwrap_or(i32::MAX);
-        segment
-            .chunks
-            .eval_chunks(&mut self.shared.ctx.write(), target, n_past, 0, n_batch, false)
-            .map(drop)
-            .map_err(|e| EngineError::Decode(format!("evaluating {}: {e}", segment.kind.as_str())))
+        self.shared.evaluate(segment, target, n_past, 0, n_batch)
     }
 
     /// A synthetic input of `kind` (for the load-time probe): an image of a pattern drawn from

@@ -17,8 +17,10 @@ use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::kept::Kept;
+use super::lane_media::{next_chunk, LaneChunk};
 use super::LiveSequence;
 use crate::engine::decoder::SharedPart;
+use crate::engine::media::{whole_media_prefix, MediaSpan};
 use crate::engine::queue::Admission;
 use crate::engine::reply::{Generating, Halt, Picked, Reply};
 use crate::engine::sampling::Logits;
@@ -48,6 +50,18 @@ pub(super) enum HomePart {
     Apart,
 }
 
+/// How a lane's prompt chunk went.
+pub(super) enum ChunkOutcome {
+    /// Text evaluated; the batch row of its last token's logits.
+    Logits(i32),
+    /// A media evaluated (no logits: text always follows a media).
+    Done,
+    /// Stopped midway by sequence 0's leaving client: nothing of it is kept, it goes again.
+    Again,
+    /// The lane ends with this error.
+    Failed(EngineError),
+}
+
 /// What a lane calls with its reply's text before the client has it.
 pub(crate) type Remember<'m> = Box<dyn FnOnce(&str) + 'm>;
 
@@ -55,6 +69,8 @@ pub(crate) type Remember<'m> = Box<dyn FnOnce(&str) + 'm>;
 pub(crate) struct LaneStart<'m> {
     /// Its prompt's tokens.
     pub(crate) prompt: Vec<LlamaToken>,
+    /// Where the prompt's media lie (evaluated whole, through the projector).
+    pub(crate) media: Vec<MediaSpan>,
     /// The most tokens its reply may have.
     pub(crate) limit: u32,
     /// Its reply, begun ([`Reply::begin`]).
@@ -83,6 +99,8 @@ struct Lane<'m> {
     shared: usize,
     /// The prompt; `tokens` holds all of it once it is evaluated.
     prompt: Vec<LlamaToken>,
+    /// Where the prompt's media lie.
+    media: Vec<MediaSpan>,
     /// The most positions the lane may come to hold.
     reserve: usize,
     /// A picked token waiting for its evaluation in the next step.
@@ -273,9 +291,18 @@ impl<'m> LiveSequence<'m> {
         let seq =
             if from_kept { Some(source.0) } else { self.lanes.free.pop().or_else(|| self.drop_oldest_kept(None)) };
         let Some(seq) = seq else { return false };
-        let LaneStart { prompt, limit, reply, generating, events, in_reasoning, request, remember, admitted } = start;
+        let LaneStart { prompt, media, limit, reply, generating, events, in_reasoning, request, remember, admitted } =
+            start;
         let reserve = prompt.len() + limit as usize;
-        let (keep, shared, cache) = self.lane_prefix(seq, &prompt, source, reserve <= free);
+        let (mut keep, mut shared, mut cache) = self.lane_prefix(seq, &prompt, source, reserve <= free);
+        // A media is evaluated whole: a prefix that ends inside one goes back to its start.
+        let bounds: Vec<(usize, usize)> = media.iter().map(|span| (span.start, span.end())).collect();
+        let whole = whole_media_prefix(&bounds, keep);
+        if whole < keep {
+            self.decoder.cut_sequence(seq, whole);
+            (keep, shared) = (whole, shared.min(whole));
+            cache.reused = whole as u32;
+        }
         let started = Event::Started { prompt_tokens: prompt.len() as u32, cached_tokens: keep as u32, in_reasoning };
         tracing::debug!(seq, prompt = prompt.len(), reused = keep, source = ?cache.source, "a request takes a lane");
         let lane = Lane {
@@ -283,6 +310,7 @@ impl<'m> LiveSequence<'m> {
             tokens: prompt[..keep].to_vec(),
             shared,
             prompt,
+            media,
             reserve,
             next: None,
             reply,
@@ -415,30 +443,47 @@ impl<'m> LiveSequence<'m> {
         Ok(home_row)
     }
 
-    /// Evaluates the next `tokens` of lane `seq`'s prompt; when that completes it, the lane
-    /// picks its first token.
+    /// Evaluates lane `seq`'s next prompt chunk: up to `tokens` tokens of text (stopping where
+    /// a media starts), or the media that starts there, whole. When that completes the prompt,
+    /// the lane picks its first token.
     fn lane_prompt_chunk(&mut self, seq: SeqId, tokens: usize) {
         let Some(lane) = self.lanes.lanes.iter().find(|lane| lane.seq == seq) else { return };
         let start = lane.tokens.len();
-        let end = (start + tokens).min(lane.prompt.len());
-        let chunk = lane.prompt[start..end].to_vec();
         let started = Instant::now();
-        let decoded = self.decoder.decode_shared(&[SharedPart { seq, tokens: &chunk, start }]);
-        let took = started.elapsed();
-        match decoded {
-            Ok(rows) => {
-                self.lanes.measured(chunk.len(), true, took);
-                let Some(lane) = self.lanes.lanes.iter_mut().find(|lane| lane.seq == seq) else { return };
-                lane.tokens.extend_from_slice(&chunk);
-                lane.prompt_time += took;
-                if lane.prompt_left() == 0 {
-                    self.lane_pick(seq, rows[0]);
-                }
+        let (chunk, outcome) = match next_chunk(start, tokens, lane.prompt.len(), &lane.media) {
+            Some(LaneChunk::Text { end }) => {
+                let chunk = lane.prompt[start..end].to_vec();
+                let outcome = match self.decoder.decode_shared(&[SharedPart { seq, tokens: &chunk, start }]) {
+                    Ok(rows) => {
+                        self.lanes.measured(chunk.len(), true, started.elapsed());
+                        ChunkOutcome::Logits(rows[0])
+                    }
+                    // Sequence 0's client left midway (its check stops any decode): llama.cpp
+                    // dropped the chunk's positions, evaluated again in the next step.
+                    Err(EngineError::DecodeStopped) => ChunkOutcome::Again,
+                    Err(e) => ChunkOutcome::Failed(e),
+                };
+                (chunk, outcome)
             }
-            // Sequence 0's client left midway (its check stops any decode): llama.cpp dropped
-            // the chunk's positions, evaluated again in the next step.
-            Err(EngineError::DecodeStopped) => {}
-            Err(e) => self.end_lane(seq, Err(e)),
+            Some(LaneChunk::Media { index }) => {
+                let span = lane.media[index].clone();
+                (span.segment.tokens.clone(), self.lane_media(seq, &span))
+            }
+            None => {
+                (Vec::new(), ChunkOutcome::Failed(EngineError::Internal("a lane's prompt stopped in a media".into())))
+            }
+        };
+        let row = match outcome {
+            ChunkOutcome::Again => return,
+            ChunkOutcome::Failed(e) => return self.end_lane(seq, Err(e)),
+            ChunkOutcome::Logits(row) => Some(row),
+            ChunkOutcome::Done => None,
+        };
+        let Some(lane) = self.lanes.lanes.iter_mut().find(|lane| lane.seq == seq) else { return };
+        lane.tokens.extend_from_slice(&chunk);
+        lane.prompt_time += started.elapsed();
+        if let (0, Some(row)) = (lane.prompt_left(), row) {
+            self.lane_pick(seq, row);
         }
     }
 

@@ -13,7 +13,7 @@ use llama_cpp_2::token::LlamaToken;
 use super::decoder::{BatchKind, Decoder, Proposal, SavedState};
 use super::disk::DiskCache;
 use super::ffi::{DecodeStop, StopCheck};
-use super::media::projector::{Projector, Segment};
+use super::media::projector::{MediaPreparer, Projector, Segment};
 use super::media::{is_placeholder, MediaSpan};
 use super::policy::{self, CacheShape, EvaluationPlan, LiveView, RestoreCosts};
 use super::prefix::{common_prefix_len, window_covers};
@@ -24,6 +24,7 @@ use super::{CacheMiss, CacheSource, EngineError};
 
 mod change;
 mod kept;
+mod lane_media;
 mod lane_prefix;
 mod lanes;
 mod restore;
@@ -75,6 +76,8 @@ pub(crate) struct LiveSequence<'m> {
     decode_stop: Option<Arc<DecodeStop>>,
     /// Other requests' sequences in the same context (`--parallel`).
     lanes: Lanes<'m>,
+    /// The projector's part that evaluates a lane's media (`--mmproj`).
+    lane_media: Option<Arc<MediaPreparer>>,
     /// A sequence beside the lanes' kept for evaluating a prompt's changed spans
     /// ([`change`]), where the context has one (`--reuse-after-change` with one sequence).
     spare_seq: Option<SeqId>,
@@ -192,6 +195,7 @@ impl<'m> LiveSequence<'m> {
             threads: None,
             decode_stop,
             lanes: Lanes::new(n_seq_max, n_batch),
+            lane_media: None,
             spare_seq: None,
             change_default: false,
             change_rules: policy::ChangeRules::default(),

@@ -1,8 +1,8 @@
 //! Requests beside the reply being generated: between two of its steps, the request at the
 //! head of the queue takes a lane ([`crate::engine::sequence::LaneStart`]) when it can be
 //! served there, so it starts at once instead of waiting for the reply to end. What cannot
-//! (media, a prompt that must be shortened, not enough free cells, a prefill) waits its turn
-//! as before, and nothing behind it overtakes it.
+//! (a prompt that must be shortened, not enough free cells, a prefill, media without a
+//! projector) waits its turn as before, and nothing behind it overtakes it.
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use llama_cpp_2::token::LlamaToken;
 
 use super::{overflow, Session};
+use crate::engine::media::is_placeholder;
 use crate::engine::reply::{ReasoningLimit, Reply};
 use crate::engine::sequence::{LaneStart, Remember};
 use crate::engine::{Command, EngineError, Event, Job, Prompt};
@@ -72,13 +73,17 @@ impl<'m> Session<'m> {
             self.signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        if !job.request.media.is_empty() {
+        if !job.request.media.is_empty() && !self.sequence.lanes_take_media() {
             return Some(job);
         }
         let prompt = std::mem::replace(&mut job.prompt, super::PromptInput::Tokens(Vec::new()));
         let text = prompt.text().map(str::to_owned);
-        let tokens = match self.tokenizer.prompt_tokens(prompt) {
-            Ok(tokens) => tokens,
+        // Its media as the job prepared them (the projector holds the live sequence's job's).
+        let brought = std::mem::take(&mut job.media);
+        let tokenized = self.prompt_tokens_brought(prompt, &job.request.media, &brought);
+        job.media = brought;
+        let (tokens, media) = match tokenized {
+            Ok(tokenized) => tokenized,
             Err(e) => {
                 self.signals.waiting_generations.fetch_sub(1, Ordering::Relaxed);
                 let _ = job.events.send(Event::Failed(e));
@@ -86,8 +91,10 @@ impl<'m> Session<'m> {
             }
         };
         let n_ctx = self.sequence.n_ctx();
-        let restore = |job: &mut Box<Job>, tokens: Vec<_>| {
+        let restore = |job: &mut Box<Job>, tokens: Vec<LlamaToken>| {
             job.prompt = match text.clone() {
+                // Media are found again from the text's markers.
+                Some(text) if tokens.iter().any(|&token| is_placeholder(token)) => super::PromptInput::Text(text),
                 Some(text) => super::PromptInput::Tokenized { text, tokens },
                 None => super::PromptInput::Tokens(tokens.iter().map(|t| t.0).collect()),
             };
@@ -142,6 +149,7 @@ impl<'m> Session<'m> {
         });
         let start = LaneStart {
             prompt: tokens,
+            media,
             limit,
             reply,
             generating,

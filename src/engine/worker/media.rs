@@ -13,7 +13,7 @@ use crate::engine::media::{
 };
 use crate::engine::prefix::common_prefix_len;
 use crate::engine::sequence::Reuse;
-use crate::engine::EngineError;
+use crate::engine::{EngineError, PreparedMedia};
 
 /// Largest difference between the first-token logits of two different probe inputs that still
 /// counts as "the same output": far below what any working projector makes of a different
@@ -32,6 +32,20 @@ impl Session<'_> {
         &mut self,
         prompt: PromptInput,
         media: &[MediaInput],
+    ) -> Result<(Vec<LlamaToken>, Vec<MediaSpan>), EngineError> {
+        self.prompt_tokens_brought(prompt, media, &PreparedMedia::default())
+    }
+
+    /// [`Self::prompt_tokens`] for a job that is not the one the projector holds (one taking
+    /// a lane): its media from `brought`, what the job prepared.
+    ///
+    /// # Errors
+    /// As [`Self::prompt_tokens`].
+    pub(super) fn prompt_tokens_brought(
+        &mut self,
+        prompt: PromptInput,
+        media: &[MediaInput],
+        brought: &PreparedMedia,
     ) -> Result<(Vec<LlamaToken>, Vec<MediaSpan>), EngineError> {
         let pieces = match prompt.text() {
             Some(text) if !media.is_empty() => split_at_markers(text),
@@ -57,7 +71,7 @@ impl Session<'_> {
                         .iter()
                         .find(|input| input.id == id)
                         .ok_or_else(|| refuse("messages", "the text names a media part the request does not hold"))?;
-                    let segment = projector.segment(input)?;
+                    let segment = projector.segment(input, brought)?;
                     last_part = &input.part;
                     spans.push(MediaSpan { start: tokens.len(), segment: Arc::clone(&segment) });
                     tokens.extend_from_slice(&segment.tokens);

@@ -353,6 +353,9 @@ impl<'m> Session<'m> {
             deferred: VecDeque::new(),
         };
         let mut session = session;
+        if let Some(preparer) = session.projector.as_ref().map(Projector::preparer) {
+            session.sequence.evaluate_lane_media_with(preparer);
+        }
         // The probe evaluates on the context (clearing it): before the conversation comes back.
         session.probe_projector();
         session.sequence.restore_last_conversation();
