@@ -412,3 +412,86 @@ fn after_three_refused_restores_the_prompt_is_served_from_the_live_sequence_alon
     assert_eq!(served.usage.cached_tokens, 0, "nothing of the live sequence serves it: {:?}", served.timings.cache);
     scenario.teardown();
 }
+
+/// A draft model catches up with a new prompt a step at a time, not in one call: a request
+/// sent during the catch-up takes a lane after at most one more step's part of it. Counted at
+/// the failpoints: the catch-up's batches (64 tokens, the test's batch size) before the
+/// request took its lane. In one call (as before) the request waited for all of them: about
+/// twenty for this prompt.
+#[test]
+fn a_request_sent_while_a_drafter_catches_up_takes_a_lane_at_once() {
+    use firstword::engine::{SpecMode, SpeculationConfig};
+    use firstword::{ChatMessage, EngineConfig, GenerationRequest, SamplingParams};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+
+    // One failpoint scenario at a time: another test's setup or teardown clears them all.
+    let scenario = FailScenario::setup();
+    let speculation = SpeculationConfig {
+        mode: SpecMode::Draft,
+        draft_model: Some(smollm2_path()),
+        always: true,
+        draft_p_min: 0.0,
+        ..SpeculationConfig::default()
+    };
+    let config = EngineConfig {
+        speculation,
+        batch_size: 64,
+        ubatch_size: 64,
+        parallel: 3,
+        threads: 1,
+        threads_batch: 1,
+        ..test_config(smollm2_path())
+    };
+    let engine = Engine::start(config).expect("SmolLM2 loads");
+    let system = common::long_system_prompt(1200);
+    let ask = |user: &str, max_tokens| GenerationRequest {
+        max_tokens: Some(max_tokens),
+        sampling: SamplingParams::greedy(),
+        ..GenerationRequest::chat(vec![ChatMessage::system(&system), ChatMessage::user(user)])
+    };
+
+    // The catch-up's batches, counted; the first holds until the request is queued.
+    let batches = Arc::new(AtomicUsize::new(0));
+    let at_admission = Arc::new(AtomicUsize::new(usize::MAX));
+    let (reached, first_batch) = mpsc::channel();
+    let (go, gate) = mpsc::channel::<()>();
+    let (reached, gate) = (Mutex::new(reached), Mutex::new(gate));
+    let counted = Arc::clone(&batches);
+    fail::cfg_callback("engine::drafter_catch_up", move || {
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            let _ = reached.lock().expect("lock").send(());
+            let _ = gate.lock().expect("lock").recv();
+        }
+    })
+    .expect("failpoint");
+    let (seen, admitted) = (Arc::clone(&batches), Arc::clone(&at_admission));
+    fail::cfg_callback("engine::lane_admitted", move || {
+        let _ = admitted.compare_exchange(usize::MAX, seen.load(Ordering::SeqCst), Ordering::SeqCst, Ordering::SeqCst);
+    })
+    .expect("failpoint");
+
+    let mut story = engine.submit(ask("Tell me a long story about a dragon in a kitchen.", 64)).expect("submitted");
+    first_batch.recv().expect("the story's drafter began catching up");
+    let mut command = engine.submit(ask("Turn on the office light.", 8)).expect("submitted");
+    go.send(()).expect("the held batch goes on");
+    let finished = |generation: &mut firstword::Generation| loop {
+        match generation.next_blocking().expect("events until Finished") {
+            firstword::Event::Finished { timings, .. } => return timings,
+            firstword::Event::Failed(e) => panic!("failed: {e}"),
+            _ => {}
+        }
+    };
+    let command = finished(&mut command);
+    let story = finished(&mut story);
+    scenario.teardown();
+    let at_admission = at_admission.load(Ordering::SeqCst);
+    eprintln!(
+        "{at_admission} of {} catch-up batches before the lane; story {:?}",
+        batches.load(Ordering::SeqCst),
+        story.draft
+    );
+    assert!(command.shared.is_some_and(|shared| shared.sequence > 0), "the request took a lane: {:?}", command.shared);
+    assert!(at_admission <= 2, "it waited for {at_admission} of the catch-up's batches");
+    assert!(batches.load(Ordering::SeqCst) >= 15, "the prompt needed many: {}", batches.load(Ordering::SeqCst));
+}

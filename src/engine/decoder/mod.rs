@@ -65,6 +65,11 @@ pub(crate) enum Decoder<'m> {
     Model(ModelDrafter<'m>),
 }
 
+/// Most prompt tokens a draft model evaluates to catch up with the target in one step of a
+/// reply: the catch-up with a new prompt is spread over the steps, so that a request arriving
+/// meanwhile waits for one step's part of it (see [`ModelDrafter::propose`]).
+pub(crate) const CATCH_UP_PER_STEP: usize = 64;
+
 /// A drafter's proposal.
 pub(crate) struct Proposal {
     /// The drafted tokens.
@@ -173,16 +178,22 @@ impl<'m> ModelDrafter<'m> {
         Self { target, draft, cached: Vec::new(), catch_up: 0, n_batch, p_min, n_min }
     }
 
-    /// Brings the draft context to `history` + `id_last`, then drafts greedily until `max`
-    /// tokens or a token below `p_min`. The catch-up happens here, after the target has produced
-    /// its first token, never before it.
+    /// Brings the draft context closer to `history` (at most [`CATCH_UP_PER_STEP`] tokens),
+    /// then, once it holds all of it, drafts greedily after `id_last` until `max` tokens or a
+    /// token below `p_min`. The catch-up happens here, after the target has produced its first
+    /// token, never before it, and a step at a time: a request that arrives meanwhile waits for
+    /// one step's part of it, not for all of it.
     fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Proposal {
         let started = Instant::now();
         let mut drafts = Vec::new();
         // Evaluating id_last is drafting; what comes before it is catching up.
-        if let Err(e) = self.follow(history) {
-            tracing::warn!("draft model: {e}");
-            return Proposal { drafts, catch_up_time: started.elapsed() };
+        match self.follow(history, CATCH_UP_PER_STEP) {
+            Ok(true) => {}
+            Ok(false) => return Proposal { drafts, catch_up_time: started.elapsed() },
+            Err(e) => {
+                tracing::warn!("draft model: {e}");
+                return Proposal { drafts, catch_up_time: started.elapsed() };
+            }
         }
         let catch_up_time = started.elapsed();
         if let Err(e) = self.evaluate(&[id_last]) {
@@ -209,9 +220,9 @@ impl<'m> ModelDrafter<'m> {
         Proposal { drafts, catch_up_time }
     }
 
-    /// Brings the draft context to hold exactly `history`: cut where they differ, evaluate the
-    /// rest.
-    fn follow(&mut self, history: &[LlamaToken]) -> Result<(), EngineError> {
+    /// Brings the draft context closer to holding exactly `history`: cut where they differ,
+    /// evaluate up to `most` of the rest. Whether it holds all of `history` now.
+    fn follow(&mut self, history: &[LlamaToken], most: usize) -> Result<bool, EngineError> {
         let mut keep = common_prefix_len(&self.cached, history);
         if keep < self.cached.len() && self.draft.kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
             keep = 0;
@@ -220,11 +231,14 @@ impl<'m> ModelDrafter<'m> {
             self.draft.clear_kv_cache();
         }
         self.cached.truncate(keep);
-        self.catch_up += (history.len() - keep) as u32;
-        for chunk in history[keep..].chunks(self.n_batch) {
+        let end = keep.saturating_add(most).min(history.len());
+        self.catch_up += (end - keep) as u32;
+        for chunk in history[keep..end].chunks(self.n_batch) {
+            // Tests count the catch-up's batches here.
+            fail::fail_point!("engine::drafter_catch_up");
             self.evaluate(chunk)?;
         }
-        Ok(())
+        Ok(end == history.len())
     }
 
     /// Tokens of `history` the draft context does not hold yet.
@@ -547,14 +561,15 @@ impl<'m> Decoder<'m> {
         }
     }
 
-    /// Brings a draft model's context up to `history` now (while the user listens) instead of
-    /// at the next reply's first draft; an MTP context follows every batch already.
-    pub(crate) fn follow(&mut self, history: &[LlamaToken]) {
-        if let Self::Model(model) = self {
-            if let Err(e) = model.follow(history) {
-                tracing::warn!("draft model: {e}");
-            }
-        }
+    /// Brings a draft model's context up to `history` by at most `most` tokens now (while the
+    /// user listens) instead of at the next reply's first drafts; whether it holds all of it
+    /// (an MTP context follows every batch already; a failed evaluation gives up: true).
+    pub(crate) fn follow(&mut self, history: &[LlamaToken], most: usize) -> bool {
+        let Self::Model(model) = self else { return true };
+        model.follow(history, most).unwrap_or_else(|e| {
+            tracing::warn!("draft model: {e}");
+            true
+        })
     }
 
     /// Tokens of `history` the drafter would have to evaluate before drafting after it (an MTP

@@ -332,6 +332,8 @@ impl<'m> LiveSequence<'m> {
             return true;
         }
         self.lanes.lanes.push(lane);
+        // Tests see here when a request took its lane.
+        fail::fail_point!("engine::lane_admitted");
         true
     }
 
@@ -427,7 +429,8 @@ impl<'m> LiveSequence<'m> {
 
         let mut home_row = None;
         for (&(seq, token, _), &row) in parts.iter().zip(&rows) {
-            let beside = parts.len() as u32 - 1;
+            // Sequence 0's reply, stepping apart, ran beside them too.
+            let beside = parts.len() as u32 - 1 + u32::from(home_part == HomePart::Apart);
             if seq == HOME {
                 home_row = Some(row);
                 self.lanes.home_beside = self.lanes.home_beside.max(beside);

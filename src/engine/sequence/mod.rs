@@ -514,24 +514,31 @@ impl<'m> LiveSequence<'m> {
 
     /// Evaluates the rest of `tokens` where the cache holds a prefix of them, when that is at
     /// most one batch and fits the context: what the next prompt will start with anyway.
-    pub(crate) fn extend_to(&mut self, tokens: &[LlamaToken]) {
+    /// Whether it did.
+    pub(crate) fn extend_to(&mut self, tokens: &[LlamaToken]) -> bool {
         let held = self.cached.len();
         if held == 0
             || held >= tokens.len()
             || tokens.len() - held > self.n_batch
             || tokens.len() >= self.n_ctx() as usize
         {
-            return;
+            return false;
         }
         if !tokens.starts_with(&self.cached) {
-            return;
+            return false;
         }
         tracing::debug!(tokens = tokens.len() - held, "evaluating the next turn's opening");
         if let Err(e) = self.decode(&tokens[held..], BatchKind::Prompt) {
             tracing::warn!("evaluating the next turn's opening failed: {e}");
-            return;
+            return false;
         }
-        self.decoder.follow(&self.cached);
+        true
+    }
+
+    /// Brings a draft model's context up to the cache by at most one batch (while the user
+    /// listens, instead of at the next reply's first drafts); whether it holds all of it.
+    pub(crate) fn follow_drafter(&mut self) -> bool {
+        self.decoder.follow(&self.cached, self.n_batch)
     }
 
     /// Whether anything drafts.

@@ -67,7 +67,10 @@ impl<'d> Speculating<'d> {
         self.end_round(sequence)?;
         // The verify batch (the token and its drafts) must fit one llama.cpp batch.
         let room = room.min(sequence.n_batch().saturating_sub(1));
-        let (drafts, catch_up_time) = if sequence.speculates() {
+        // While other requests run in lanes, a drafter that would first have to catch up with
+        // the prompt waits: its catch-up would slow every step they share.
+        let behind_lanes = sequence.lanes_busy() && sequence.backlog() > 0;
+        let (drafts, catch_up_time) = if sequence.speculates() && !behind_lanes {
             match self.depth.next(|| sequence.backlog()).min(room) {
                 0 => (Vec::new(), Duration::ZERO),
                 depth => {

@@ -291,9 +291,10 @@ impl Session<'_> {
         let text = next_prefix.unwrap_or(prompt_text + reply);
         let Ok((canonical, _)) = self.prompt_tokens(PromptInput::Text(text), media) else { return };
         self.sequence.rewrite_tail(&canonical);
-        // A request that came while the tail was evaluated again goes first.
-        if anticipated && !self.request_waiting(Duration::ZERO) {
-            self.sequence.extend_to(&canonical);
+        // A request that came while the tail was evaluated again goes first; so does one that
+        // comes while a draft model catches up, a batch at a time.
+        if anticipated && !self.request_waiting(Duration::ZERO) && self.sequence.extend_to(&canonical) {
+            while !self.sequence.follow_drafter() && !self.request_waiting(Duration::ZERO) {}
         }
     }
 
