@@ -301,7 +301,7 @@ impl<'m> LiveSequence<'m> {
         if whole < keep {
             self.decoder.cut_sequence(seq, whole);
             (keep, shared) = (whole, shared.min(whole));
-            cache.reused = whole as u32;
+            (cache.reused, cache.prefilled) = (whole as u32, (prompt.len() - whole) as u32);
         }
         let started = Event::Started { prompt_tokens: prompt.len() as u32, cached_tokens: keep as u32, in_reasoning };
         tracing::debug!(seq, prompt = prompt.len(), reused = keep, source = ?cache.source, "a request takes a lane");
