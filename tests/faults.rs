@@ -420,22 +420,14 @@ fn after_three_refused_restores_the_prompt_is_served_from_the_live_sequence_alon
 /// twenty for this prompt.
 #[test]
 fn a_request_sent_while_a_drafter_catches_up_takes_a_lane_at_once() {
-    use firstword::engine::{SpecMode, SpeculationConfig};
     use firstword::{ChatMessage, EngineConfig, GenerationRequest, SamplingParams};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{mpsc, Arc, Mutex};
 
     // One failpoint scenario at a time: another test's setup or teardown clears them all.
     let scenario = FailScenario::setup();
-    let speculation = SpeculationConfig {
-        mode: SpecMode::Draft,
-        draft_model: Some(smollm2_path()),
-        always: true,
-        draft_p_min: 0.0,
-        ..SpeculationConfig::default()
-    };
     let config = EngineConfig {
-        speculation,
+        speculation: common::smollm2_drafting_for_itself(),
         batch_size: 64,
         ubatch_size: 64,
         parallel: 3,

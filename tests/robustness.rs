@@ -275,14 +275,7 @@ fn the_smallest_batches_speculate_without_aborting() {
         assert_eq!(greedy(&engine, "Tell me about the sea.", 48).text, expected, "MTP, batch {batch_size}");
         engine.wait_idle_blocking();
         drop(engine);
-        let draft = SpeculationConfig {
-            mode: SpecMode::Draft,
-            draft_model: Some(smollm2_path()),
-            draft_max: Some(64),
-            draft_p_min: 0.0,
-            always: true,
-            ..Default::default()
-        };
+        let draft = SpeculationConfig { draft_max: Some(64), ..common::smollm2_drafting_for_itself() };
         let config = EngineConfig { batch_size, speculation: draft, ..test_config(smollm2_path()) };
         let engine = Engine::start(config).expect("SmolLM2 self-draft loads");
         let text = greedy(&engine, "Write the numbers from 1 to 40.", 96).text;

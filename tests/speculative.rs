@@ -98,13 +98,7 @@ fn auto_picks_mtp_for_a_model_with_nextn_layers() {
 fn a_model_drafting_for_itself_is_accepted_nearly_always() {
     // No confidence cut-off: the drafter drafts as deep as the depth allows, so most tokens are
     // verified as drafts.
-    let speculation = SpeculationConfig {
-        mode: SpecMode::Draft,
-        draft_model: Some(smollm2_path()),
-        always: true,
-        draft_p_min: 0.0,
-        ..SpeculationConfig::default()
-    };
+    let speculation = common::smollm2_drafting_for_itself();
     let self_draft =
         Engine::start(firstword::EngineConfig { speculation, ..test_config(smollm2_path()) }).expect("model loads");
     let mut greedy = DraftStats::default();

@@ -59,6 +59,19 @@ pub(crate) fn one_sequence_config(path: PathBuf) -> EngineConfig {
     EngineConfig { parallel: 1, ..test_config(path) }
 }
 
+/// SmolLM2 drafting for itself (the only draft pair among the test models), on every step and
+/// with no confidence cut-off: drafts as deep as the depth allows, so drafting is exercised
+/// even where it does not pay off on this machine.
+pub(crate) fn smollm2_drafting_for_itself() -> firstword::engine::SpeculationConfig {
+    firstword::engine::SpeculationConfig {
+        mode: firstword::engine::SpecMode::Draft,
+        draft_model: Some(smollm2_path()),
+        always: true,
+        draft_p_min: 0.0,
+        ..firstword::engine::SpeculationConfig::default()
+    }
+}
+
 /// A running server.
 pub(crate) struct TestServer {
     /// `http://127.0.0.1:PORT`.

@@ -35,10 +35,10 @@ fn next_chunk_of(
     start: usize,
     wanted: usize,
     prompt_len: usize,
-    mut bounds: impl Iterator<Item = (usize, usize)>,
+    bounds: impl Iterator<Item = (usize, usize)>,
 ) -> Option<LaneChunk> {
     let mut end = (start + wanted.max(1)).min(prompt_len);
-    for (index, (from, to)) in bounds.by_ref().enumerate() {
+    for (index, (from, to)) in bounds.enumerate() {
         if from == start {
             return Some(LaneChunk::Media { index });
         }
