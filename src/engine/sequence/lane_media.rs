@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use super::lanes::ChunkOutcome;
 use super::LiveSequence;
 use crate::engine::media::projector::MediaPreparer;
 use crate::engine::media::MediaSpan;
@@ -28,6 +27,18 @@ pub(super) enum LaneChunk {
 pub(super) fn next_chunk(start: usize, wanted: usize, prompt_len: usize, media: &[MediaSpan]) -> Option<LaneChunk> {
     let bounds = media.iter().map(|span| (span.start, span.end()));
     next_chunk_of(start, wanted, prompt_len, bounds)
+}
+
+/// How a lane's prompt chunk went.
+pub(super) enum ChunkOutcome {
+    /// Text evaluated; the batch row of its last token's logits.
+    Logits(i32),
+    /// A media evaluated (no logits: text always follows a media).
+    Done,
+    /// Stopped midway by sequence 0's leaving client: nothing of it is kept, it goes again.
+    Again,
+    /// The lane ends with this error.
+    Failed(EngineError),
 }
 
 /// [`next_chunk`] over the media's `(start, end)` positions.

@@ -17,7 +17,7 @@ use llama_cpp_2::token::LlamaToken;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::kept::Kept;
-use super::lane_media::{next_chunk, LaneChunk};
+use super::lane_media::{next_chunk, ChunkOutcome, LaneChunk};
 use super::LiveSequence;
 use crate::engine::decoder::SharedPart;
 use crate::engine::media::{whole_media_prefix, MediaSpan};
@@ -25,7 +25,6 @@ use crate::engine::queue::Admission;
 use crate::engine::reply::{Generating, Halt, Picked, Reply};
 use crate::engine::sampling::Logits;
 use crate::engine::schedule::{next_batch, Limits, Need, Pending, SeqId, StepCost, Waiter, Work};
-use crate::engine::CacheEntryKind;
 use crate::engine::{CacheReport, EngineError, Event, LaneCounts, RequestPath, SharedSteps, Timings, Usage};
 
 /// The speech floor: a streaming reply a person reads gets a token at least this often while
@@ -48,18 +47,6 @@ pub(super) enum HomePart {
     /// It generates in a batch of its own, right after the lanes' step: its token and a
     /// drafter's drafts (the drafter follows sequence 0's batches alone).
     Apart,
-}
-
-/// How a lane's prompt chunk went.
-pub(super) enum ChunkOutcome {
-    /// Text evaluated; the batch row of its last token's logits.
-    Logits(i32),
-    /// A media evaluated (no logits: text always follows a media).
-    Done,
-    /// Stopped midway by sequence 0's leaving client: nothing of it is kept, it goes again.
-    Again,
-    /// The lane ends with this error.
-    Failed(EngineError),
 }
 
 /// What a lane calls with its reply's text before the client has it.
@@ -203,6 +190,12 @@ impl<'m> Lanes<'m> {
     /// Whether any lane is serving a request.
     pub(crate) fn busy(&self) -> bool {
         !self.lanes.is_empty()
+    }
+
+    /// What lane `seq` holds, and its prompt's length.
+    pub(super) fn progress(&self, seq: SeqId) -> Option<(&[LlamaToken], usize)> {
+        let lane = self.lanes.iter().find(|lane| lane.seq == seq)?;
+        Some((lane.tokens.as_slice(), lane.prompt.len()))
     }
 
     /// Each lane's sequence and the tokens it holds.
@@ -441,6 +434,7 @@ impl<'m> LiveSequence<'m> {
                 lane.next = None;
                 lane.beside = lane.beside.max(beside);
             }
+            self.checkpoint_lane_reply(seq);
             self.lane_pick(seq, row);
         }
         Ok(home_row)
@@ -487,6 +481,8 @@ impl<'m> LiveSequence<'m> {
         lane.prompt_time += started.elapsed();
         if let (0, Some(row)) = (lane.prompt_left(), row) {
             self.lane_pick(seq, row);
+        } else {
+            self.checkpoint_lane_prefill(seq, start);
         }
     }
 
@@ -499,9 +495,14 @@ impl<'m> LiveSequence<'m> {
         match picked {
             Ok(Picked::Evaluate { token, .. }) => {
                 let now = Instant::now();
+                let first = lane.first_token.is_none();
                 lane.next = Some(token);
                 lane.first_token.get_or_insert(now);
                 lane.last_token = Some(now);
+                if first {
+                    // Its first token is out: the prompt's checkpoint costs it nothing.
+                    self.checkpoint_lane_prompt(seq);
+                }
             }
             Ok(Picked::Held) => {}
             Ok(Picked::Done(reason)) => self.end_lane(seq, Ok(reason)),
@@ -560,18 +561,6 @@ impl<'m> LiveSequence<'m> {
 }
 
 impl LiveSequence<'_> {
-    /// Saves lane `seq`, which holds `tokens`, in the RAM store (a conversation worth keeping)
-    /// and queues it for the disk cache's writer (the same bytes, written on its own thread
-    /// when the engine is not computing), so its next turn is warm after a restart too.
-    fn keep_lane(&mut self, seq: SeqId, tokens: Vec<LlamaToken>) {
-        if tokens.len() >= self.min_save {
-            if let Some(state) = self.decoder.save_lane(seq) {
-                self.write_to_disk(&tokens, &state, CacheEntryKind::Snapshot);
-                self.insert(tokens, state, CacheEntryKind::Snapshot);
-            }
-        }
-    }
-
     /// What the lanes are doing.
     pub(crate) fn lane_counts(&self) -> LaneCounts {
         LaneCounts { running: self.lanes.running() as u32, served: self.lanes.served(), kept: self.kept_count() as u32 }

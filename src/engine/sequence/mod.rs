@@ -26,6 +26,7 @@ mod change;
 mod kept;
 mod lane_media;
 mod lane_prefix;
+mod lane_store;
 mod lanes;
 mod restore;
 mod saved;
