@@ -9,8 +9,9 @@ the server. Prints each measure and, per server, the median.
 
 Usage: LLAMA_SERVER=$(scripts/build-llama-server.sh) scripts/cold-ttft.py MODEL [ROUNDS] [SERVERS]
 SERVERS: a comma-separated subset of firstword, firstword-fixed (--fixed-threads),
-firstword-swa-small (--swa-small),
-llama-server (its defaults: weights repacked, as firstword's are) and llama-server-no-repack.
+firstword-swa-small (--swa-small), firstword-parallel-1 (--parallel 1; firstword's default is 4),
+llama-server (its defaults but one slot: weights repacked, as firstword's are), llama-server-np4
+(4 slots, a unified KV cache) and llama-server-no-repack.
 """
 import json
 import os
@@ -32,8 +33,10 @@ SERVERS = {
     "firstword": [FIRSTWORD, "serve", *COMMON, "--threads-batch", "2", "--no-cache-dir"],
     "firstword-fixed": [FIRSTWORD, "serve", *COMMON, "--threads-batch", "2", "--no-cache-dir", "--fixed-threads"],
     "firstword-swa-small": [FIRSTWORD, "serve", *COMMON, "--threads-batch", "2", "--no-cache-dir", "--swa-small"],
+    "firstword-parallel-1": [FIRSTWORD, "serve", *COMMON, "--threads-batch", "2", "--no-cache-dir", "--parallel", "1"],
     "llama-server": [LLAMA_SERVER, *COMMON, "-tb", "2", "-np", "1", "--jinja"],
     "llama-server-no-repack": [LLAMA_SERVER, *COMMON, "-tb", "2", "-np", "1", "--jinja", "--no-repack"],
+    "llama-server-np4": [LLAMA_SERVER, *COMMON, "-tb", "2", "-np", "4", "-kvu", "--jinja"],
 }
 names = sys.argv[3].split(",") if len(sys.argv) > 3 else ["firstword", "llama-server", "llama-server-no-repack"]
 if any(name.startswith("llama") for name in names) and not LLAMA_SERVER:

@@ -10,7 +10,7 @@ mod common;
 
 use common::{generate, one_sequence_config, smollm2_path, Generated};
 use firstword::engine::ChangeRules;
-use firstword::{CacheMiss, ChatMessage, Engine, EngineConfig, Event, GenerationRequest, Prompt, SamplingParams};
+use firstword::{CacheMiss, ChatMessage, Engine, EngineConfig, GenerationRequest, Prompt, SamplingParams};
 
 /// A Home Assistant style system prompt: the clock first, then the home's devices.
 fn system(clock: &str, kitchen: &str) -> String {
@@ -45,21 +45,11 @@ fn request(system: &str, reuse: Option<bool>) -> GenerationRequest {
 
 /// The reply, with its first token's five likeliest tokens and their log-probabilities.
 fn run(engine: &Engine, request: GenerationRequest) -> (Generated, Vec<(i32, f32)>) {
-    let mut generation = engine.submit(request).expect("submitted");
-    let mut first = Vec::new();
-    let mut text = String::new();
-    while let Some(event) = generation.next_blocking() {
-        match event {
-            Event::Text(piece) => text.push_str(&piece),
-            Event::Logprobs(tokens) if first.is_empty() => {
-                first = tokens[0].top.iter().map(|c| (c.token, c.logprob)).collect();
-            }
-            Event::Finished { reason, usage, timings } => return (Generated { text, reason, usage, timings }, first),
-            Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } | Event::Logprobs(_) => {}
-        }
-    }
-    panic!("no Finished event");
+    let generated = generate(engine, request);
+    let first = generated.logprobs.first().map_or_else(Vec::new, |token| {
+        token.top.iter().map(|candidate| (candidate.token, candidate.logprob)).collect()
+    });
+    (generated, first)
 }
 
 /// The largest difference between two first-token distributions' log-probabilities, over the

@@ -15,56 +15,44 @@ use std::path::PathBuf;
 use std::thread;
 use std::time::Instant;
 
-use common::{gemma3_path, generate, read, smollm2_path, streaming, test_config, Generated};
+use common::lanes::{lanes_config as config, request, same_first_candidates, token_ids};
+use common::{gemma3_path, generate, read, smollm2_path, streaming, Generated};
 use firstword::engine::{SpecMode, SpeculationConfig};
-use firstword::{ChatMessage, Engine, EngineConfig, Event, GenerationRequest, Prompt, SamplingParams};
+use firstword::{ChatMessage, Engine, EngineConfig, Event, GenerationRequest, Prompt};
 
 /// How far a log-probability computed beside other conversations' kept cells may be from the
 /// same computed alone: rounding, not state (in the test below they come out identical; where
 /// the rounding differs it moves them by far less than this).
 const KEPT_LOGPROB_TOLERANCE: f32 = 0.05;
 
-/// Settings of both engines: three sequences, one thread, fixed.
-fn config(model: PathBuf) -> EngineConfig {
-    EngineConfig { threads: 1, threads_batch: 1, fixed_threads: true, parallel: 3, ..test_config(model) }
-}
-
-fn request(system: &str, user: &str, max_tokens: u32, banned: &[i32]) -> GenerationRequest {
-    GenerationRequest {
-        prompt: Prompt::chat(vec![ChatMessage::system(system), ChatMessage::user(user)], Vec::new()),
-        max_tokens: Some(max_tokens),
-        sampling: SamplingParams {
-            logit_bias: banned.iter().map(|&token| (token, f32::NEG_INFINITY)).collect(),
-            ..SamplingParams::greedy()
-        },
-        ..GenerationRequest::chat(Vec::new())
-    }
-}
-
-/// The last token of each of `texts` (special tokens: the model's end-of-turn markers).
-fn token_ids(engine: &Engine, texts: &[&str]) -> Vec<i32> {
-    texts
-        .iter()
-        .filter_map(|text| engine.tokenize_blocking(&Prompt::Text((*text).into())).ok()?.last().copied())
-        .collect()
-}
-
-fn replies_beside_a_streaming_one_equal_their_replies_alone(model: PathBuf, system: &str, end_of_turn: &[&str]) {
+/// `shares`: a lane continues the system prompt A's sequence holds (not with a recurrent
+/// state, which is A's whole history: the lane evaluates its prompt from the start, as the same
+/// request alone after A does).
+fn replies_beside_a_streaming_one_equal_their_replies_alone(
+    model: PathBuf,
+    system: &str,
+    end_of_turn: &[&str],
+    shares: bool,
+) {
     let questions = ["Turn on the office light.", "What is the capital of France?"];
     let alone = Engine::start(config(model.clone())).expect("the model loads");
     let banned = token_ids(&alone, end_of_turn);
     assert_eq!(banned.len(), end_of_turn.len(), "the end-of-turn tokens are known");
     let story = request(system, "Tell me a long story about a dragon in a kitchen.", 160, &banned);
     let expected_a = generate(&alone, story.clone());
-    let expected: Vec<Generated> = questions.iter().map(|q| generate(&alone, request(system, q, 24, &[]))).collect();
+    // The first token's candidates too: a fixture with random weights can answer both
+    // questions with the same text, not with the same numbers.
+    let ask = |question: &str| GenerationRequest { logprobs: Some(5), ..request(system, question, 24, &[]) };
+    let expected: Vec<Generated> = questions.iter().map(|q| generate(&alone, ask(q))).collect();
     drop(alone);
+    assert!(!same_first_candidates(&expected[0], &expected[1]), "the questions' numbers tell them apart");
 
     let engine = Engine::start(config(model)).expect("the model loads");
     let a = streaming(&engine, story);
     let others: Vec<_> = questions
         .iter()
         .map(|q| {
-            let generation = engine.submit(request(system, q, 24, &[])).expect("submitted");
+            let generation = engine.submit(ask(q)).expect("submitted");
             thread::spawn(move || read(generation, None))
         })
         .collect();
@@ -77,8 +65,10 @@ fn replies_beside_a_streaming_one_equal_their_replies_alone(model: PathBuf, syst
         assert!(*ended < a_ended, "a request sent while A streams ends before A's long reply");
         let shared = answer.timings.shared.expect("it shared A's steps");
         assert!(shared.sequence > 0 && shared.replies_beside >= 1, "{shared:?}");
-        assert!(answer.usage.cached_tokens > 0, "it continued the system prompt A's sequence holds");
+        assert_eq!(answer.usage.cached_tokens, alone.usage.cached_tokens, "the same split as alone");
+        assert_eq!(answer.usage.cached_tokens > 0, shares, "it continued the system prompt A's sequence holds");
         assert_eq!((&answer.text, answer.reason), (&alone.text, alone.reason), "the reply it gives alone");
+        assert!(same_first_candidates(answer, alone), "{:?}\n{:?}", answer.logprobs[0], alone.logprobs[0]);
     }
     // A's own tokens ride steps with the others': where its next token is a near tie, the
     // sums of a shared step (and its cells' places among the others') can tip it. What is
@@ -96,14 +86,36 @@ fn replies_beside_a_streaming_one_equal_their_replies_alone(model: PathBuf, syst
 #[test]
 fn smollm2_replies_beside_a_streaming_one_equal_their_replies_alone() {
     let system = common::long_system_prompt(600);
-    replies_beside_a_streaming_one_equal_their_replies_alone(smollm2_path(), &system, &["<|im_end|>", "<|endoftext|>"]);
+    replies_beside_a_streaming_one_equal_their_replies_alone(
+        smollm2_path(),
+        &system,
+        &["<|im_end|>", "<|endoftext|>"],
+        true,
+    );
 }
 
 #[test]
 fn gemma3_replies_beside_a_streaming_one_equal_their_replies_alone() {
     // Shorter than gemma-3's sliding window: a lane shares the cells A's sequence still holds.
     let system = common::long_system_prompt(250);
-    replies_beside_a_streaming_one_equal_their_replies_alone(gemma3_path(), &system, &["<end_of_turn>", "<eos>"]);
+    replies_beside_a_streaming_one_equal_their_replies_alone(gemma3_path(), &system, &["<end_of_turn>", "<eos>"], true);
+}
+
+/// Models that keep a recurrent state (LFM2: hybrid, Mamba: recurrent only; fixtures with
+/// SmolLM2's tokenizer) keep one state per sequence: requests are served beside a streaming
+/// reply too.
+#[test]
+fn recurrent_models_serve_replies_beside_a_streaming_one() {
+    let system = common::long_system_prompt(300);
+    for fixture in ["tiny-lfm2.gguf", "tiny-mamba.gguf"] {
+        let path = common::model_path(fixture);
+        replies_beside_a_streaming_one_equal_their_replies_alone(
+            path,
+            &system,
+            &["<|im_end|>", "<|endoftext|>"],
+            false,
+        );
+    }
 }
 
 #[test]
@@ -241,109 +253,6 @@ fn a_lane_continues_a_conversation_from_the_ram_store() {
     assert_eq!(b.text, expected.text, "the reply the conversation gives alone");
 }
 
-/// On a sliding-window model (gemma-3) a lane's prompt is checkpointed at its end, as sequence
-/// 0's is: a restored state then serves only prompts that continue it whole, so when B's next
-/// turn rewrites B's reply (an edited assistant message) and B's cells are gone (C took the one
-/// lane), only that checkpoint serves B's first turn. B's first turn, C's and B's second turn
-/// are all sent while A streams; B's second turn restores the checkpoint into its lane and
-/// answers as the same turns served one after the other on a fresh engine (whose live cache is
-/// cut there: the same split). Without lane checkpoints it shared only the system prompt.
-#[test]
-fn a_lanes_prompt_is_checkpointed_for_a_turn_that_rewrites_its_reply() {
-    let system = common::long_system_prompt(400);
-    let first = "I am in the office. It is getting dark outside and I can barely read the papers on my desk, \
-                 so please turn on the office light, then tell me which other lights are still on in the house.";
-    let chat = |messages: Vec<ChatMessage>, max_tokens| GenerationRequest {
-        prompt: Prompt::chat(messages, Vec::new()),
-        ..request(&system, "", max_tokens, &[])
-    };
-    let b1 = chat(vec![ChatMessage::system(&system), ChatMessage::user(first)], 24);
-    let b2 = chat(
-        vec![
-            ChatMessage::system(&system),
-            ChatMessage::user(first),
-            ChatMessage::assistant("Switched on. Nothing else is lit."),
-            ChatMessage::user("Thanks. Now the kitchen light, please."),
-        ],
-        24,
-    );
-    let c = request(&system, "What is the capital of France? Answer in one short sentence.", 16, &[]);
-    let config = EngineConfig { cache_min_tokens: 32, parallel: 2, ..config(gemma3_path()) };
-    let alone = Engine::start(config.clone()).expect("the model loads");
-    let banned = token_ids(&alone, &["<end_of_turn>", "<eos>"]);
-    let story = request(&system, "Tell me a long story about a dragon in a kitchen.", 400, &banned);
-    generate(&alone, GenerationRequest { max_tokens: Some(1), ..story.clone() });
-    let b1_prompt = generate(&alone, b1.clone()).usage.prompt_tokens;
-    let expected = generate(&alone, b2.clone());
-    assert_eq!(expected.usage.cached_tokens, b1_prompt, "alone, the live cache is cut where B's reply began");
-    drop(alone);
-
-    let engine = Engine::start(config).expect("the model loads");
-    let a = streaming(&engine, story);
-    let b1 = generate(&engine, b1);
-    generate(&engine, c);
-    let (b2, b2_ended) = read(engine.submit(b2).expect("submitted"), None);
-    let (_, a_ended) = a.join().expect("reader");
-    let cache = b2.timings.cache.clone();
-    eprintln!("{cache:?} {:?}\nbeside A {:?}\nalone    {:?}", b2.timings.shared, b2.text, expected.text);
-    assert!(b1.timings.shared.is_some() && b2.timings.shared.is_some(), "B's turns were served beside A");
-    assert!(b2_ended < a_ended, "B's second turn ended while A streamed");
-    assert_eq!(cache.source, firstword::CacheSource::Checkpoint, "{cache:?}");
-    assert_eq!(b2.usage.cached_tokens, b1_prompt, "B's whole first prompt came from its checkpoint");
-    assert_eq!(b2.text, expected.text, "the reply the conversation gives alone");
-}
-
-/// A lane takes the other checkpoints sequence 0 takes, by the same rules: every
-/// `checkpoint_every` tokens of a long prompt (here 256, in batches of 64: one within a batch
-/// after each multiple), and, once the small SWA cache has dropped the lane's first positions
-/// (B's prompt alone is longer than its cells), every 32 reply tokens. B (about 1,200 tokens,
-/// nothing shared) is served beside A, whose short prompt and reply take none: what the store
-/// then holds is B's.
-#[test]
-fn a_lane_checkpoints_a_long_prompt_and_a_reply_past_its_window() {
-    let config = EngineConfig {
-        swa_full: false,
-        parallel: 2,
-        batch_size: 64,
-        ubatch_size: 64,
-        checkpoint_every: 256,
-        cache_min_tokens: 32,
-        ..config(gemma3_path())
-    };
-    let engine = Engine::start(config).expect("the model loads");
-    let banned = token_ids(&engine, &["<end_of_turn>", "<eos>"]);
-    let a = streaming(&engine, request("", "Tell me a long story about a dragon in a kitchen.", 400, &banned));
-    let notes = common::long_system_prompt(1200).replace("Fact", "Note");
-    let b = GenerationRequest {
-        prompt: Prompt::chat(vec![ChatMessage::user(format!("{notes}\nWhich notes mention gardens?"))], Vec::new()),
-        ..request("", "", 40, &banned)
-    };
-    let (b, b_ended) = read(engine.submit(b).expect("submitted"), None);
-    let (a, a_ended) = a.join().expect("reader");
-    assert!(b_ended < a_ended && b.timings.shared.is_some(), "B was served beside A");
-    assert!(a.usage.prompt_tokens < 32 && a.usage.prompt_tokens + 400 < 512, "A takes no checkpoint: {:?}", a.usage);
-    let prompt = b.usage.prompt_tokens;
-    assert!(
-        prompt % 256 > 64 && b.usage.completion_tokens == 40,
-        "no multiple of 256 in the last batch: {:?}",
-        b.usage
-    );
-    let mut checkpoints: Vec<u32> = common::settled_cache(&engine)
-        .entries
-        .iter()
-        .filter(|entry| entry.kind == firstword::engine::CacheEntryKind::Checkpoint)
-        .map(|entry| entry.tokens)
-        .collect();
-    checkpoints.sort_unstable();
-    eprintln!("B's prompt {prompt}, checkpoints {checkpoints:?}");
-    let multiples = prompt / 256;
-    assert_eq!(checkpoints.len() as u32, multiples + 2, "{checkpoints:?}");
-    for (k, &at) in (1..=multiples).zip(&checkpoints) {
-        assert!(at > k * 256 && at <= k * 256 + 64, "one in the batch after {}: {checkpoints:?}", k * 256);
-    }
-    assert_eq!(checkpoints[multiples as usize..], [prompt, prompt + 32], "the prompt's end, and 32 reply tokens on");
-}
-
 /// A request whose prompt and `max_tokens` fit the context but not the cells the streaming
 /// reply may still need waits for it (as with one sequence), and the streaming reply goes on
 /// undisturbed: a lane never takes what a running reply was promised.
@@ -404,19 +313,9 @@ fn second_turn_after_another(engine: &Engine, system: &str) -> (firstword::Cache
     let mut second = first;
     second.push(ChatMessage::assistant(reply));
     second.push(ChatMessage::user("Thanks. And gardens, in one sentence?"));
-    let mut generation = engine.submit(GenerationRequest { logprobs: Some(5), ..chat(second, 1) }).expect("submitted");
-    let mut top = Vec::new();
-    while let Some(event) = generation.next_blocking() {
-        match event {
-            Event::Logprobs(tokens) => {
-                top = tokens[0].top.iter().map(|candidate| (candidate.token, candidate.logprob)).collect();
-            }
-            Event::Finished { usage, timings, .. } => return (timings.cache, usage.cached_tokens, top),
-            Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } | Event::Text(_) => {}
-        }
-    }
-    panic!("no Finished event");
+    let turn = generate(engine, GenerationRequest { logprobs: Some(5), ..chat(second, 1) });
+    let top = turn.logprobs[0].top.iter().map(|candidate| (candidate.token, candidate.logprob)).collect();
+    (turn.timings.cache, turn.usage.cached_tokens, top)
 }
 
 /// Between requests, sequence 0 continues a kept conversation where its cells are: X, whom

@@ -234,18 +234,19 @@ pub(super) fn create_decoder<'m>(
     Ok(Contexts { decoder, n_batch: n_batch as usize, rs_snapshots, n_seq_max, spare_seq, flash_attention })
 }
 
-/// How many sequences the context holds: `parallel`, or one where requests cannot share
-/// its steps (a recurrent state would need one state per sequence, which firstword does not
-/// keep yet): requests then wait their turn, as the start-up log says. With a drafter, the
-/// drafter follows sequence 0 alone and the other sequences' replies are not drafted.
+/// How many sequences the context holds: `parallel`, or one where requests cannot share its
+/// steps: a recurrent model that drafts (its drafts' rollback snapshots follow sequence 0's
+/// batches alone), whose requests then wait their turn, as the start-up log says. With a
+/// drafter, the drafter follows sequence 0 alone and the other sequences' replies are not
+/// drafted.
 fn sequences(parallel: u32, speculating: bool, recurrent: bool) -> u32 {
     let parallel = parallel.max(1);
     if parallel == 1 {
         return 1;
     }
-    if recurrent {
+    if speculating && recurrent {
         tracing::info!(
-            "one sequence: the model keeps a recurrent state; a request arriving while a reply streams waits for it (--parallel {parallel} asked)"
+            "one sequence: a model with a recurrent state drafts; a request arriving while a reply streams waits for it (--parallel {parallel} asked)"
         );
         return 1;
     }

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod lanes;
 pub(crate) mod media;
 pub(crate) mod python;
 pub(crate) mod tools;
@@ -277,22 +278,14 @@ pub(crate) struct Generated {
     pub usage: Usage,
     /// Time spent, and the drafter's counts when speculating.
     pub timings: Timings,
+    /// Each token's log-probabilities, when the request asked for them.
+    pub logprobs: Vec<firstword::engine::TokenLogprob>,
 }
 
 /// Submits `request` and reads its events to the end (blocking); panics if the generation
 /// fails or ends without [`Event::Finished`].
 pub(crate) fn generate(engine: &Engine, request: GenerationRequest) -> Generated {
-    let mut generation = engine.submit(request).expect("submitted");
-    let mut text = String::new();
-    while let Some(event) = generation.next_blocking() {
-        match event {
-            Event::Text(piece) => text.push_str(&piece),
-            Event::Finished { reason, usage, timings } => return Generated { text, reason, usage, timings },
-            Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } | Event::Logprobs(_) => {}
-        }
-    }
-    panic!("no Finished event");
+    read(engine.submit(request).expect("submitted"), None).0
 }
 
 /// A reply read to its end (blocking), with when it ended; `first_pieces` gets one message
@@ -302,6 +295,7 @@ pub(crate) fn read(
     first_pieces: Option<(usize, std::sync::mpsc::Sender<()>)>,
 ) -> (Generated, std::time::Instant) {
     let mut text = String::new();
+    let mut logprobs = Vec::new();
     let mut pieces = 0;
     while let Some(event) = generation.next_blocking() {
         match event {
@@ -314,11 +308,12 @@ pub(crate) fn read(
                     }
                 }
             }
+            Event::Logprobs(tokens) => logprobs.extend(tokens),
             Event::Finished { reason, usage, timings } => {
-                return (Generated { text, reason, usage, timings }, std::time::Instant::now());
+                return (Generated { text, reason, usage, timings, logprobs }, std::time::Instant::now());
             }
             Event::Failed(e) => panic!("generation failed: {e}"),
-            Event::Started { .. } | Event::Logprobs(_) => {}
+            Event::Started { .. } => {}
         }
     }
     panic!("no Finished event");

@@ -306,6 +306,19 @@ pub(crate) fn kept_cost_too_much(evaluate: usize, kept_cells: usize) -> bool {
     evaluate.saturating_mul(kept_cells) > KEPT_ATTENTION_BUDGET
 }
 
+/// How many of the `common` tokens a prompt shares with a live sequence holding `held` tokens
+/// a lane can take from it by sharing its cells (`seq_cp`): all of them, except where the
+/// model keeps a recurrent state, which is the sequence's whole history (llama.cpp shares the
+/// state as it is, whatever positions are asked): then only a sequence that holds nothing
+/// more than the prefix gives it.
+pub(crate) fn lane_shareable(shape: CacheShape, held: usize, common: usize) -> usize {
+    if shape.recurrent && common < held {
+        0
+    } else {
+        common
+    }
+}
+
 /// Whether a lane restores a stored state serving `stored` prompt tokens rather than share
 /// the `live` tokens a live sequence holds: a restore copies the state's bytes in, so it must
 /// save at least [`RAM_RESTORE_MARGIN`] tokens of prefill over sharing, which copies nothing.

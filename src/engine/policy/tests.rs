@@ -471,3 +471,15 @@ fn a_lane_restores_a_stored_state_only_when_it_saves_the_margin_over_sharing() {
     assert!(!restore_for_lane(1200, 1200 + RAM_RESTORE_MARGIN - 1));
     assert!(!restore_for_lane(1200, 300), "a shorter stored prefix never wins");
 }
+
+/// A lane shares a live sequence's prefix by tagging its cells; a recurrent state is shared
+/// whole, so only a sequence holding exactly the prefix gives it.
+#[test]
+fn a_recurrent_state_is_shared_with_a_lane_only_whole() {
+    use crate::engine::policy::lane_shareable;
+    assert_eq!(lane_shareable(ATTENTION, 900, 600), 600);
+    assert_eq!(lane_shareable(CacheShape { recurrent: false, n_swa: Some(512) }, 900, 600), 600);
+    assert_eq!(lane_shareable(RECURRENT, 900, 600), 0, "a state 300 tokens past the prefix");
+    assert_eq!(lane_shareable(RECURRENT, 600, 600), 600, "the state is the prefix's");
+    assert_eq!(lane_shareable(RECURRENT, 0, 0), 0);
+}

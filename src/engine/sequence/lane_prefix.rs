@@ -60,11 +60,15 @@ impl LiveSequence<'_> {
         let most = prompt.len().saturating_sub(1);
         let target = self.decoder.target();
         let covered = |seq: SeqId, held: usize| window_covers(target.kv_cache_seq_pos_min(seq), held, self.shape.n_swa);
+        // What a live sequence holding `tokens` gives (a recurrent state only whole).
+        let shareable = |held: usize, tokens: &[LlamaToken]| {
+            policy::lane_shareable(self.shape, held, common_prefix_len(tokens, prompt).min(most))
+        };
         // A lane's request may not accept cells a reuse past changes kept.
-        let home = common_prefix_len(self.reusable_tokens(false), prompt).min(most);
+        let home = shareable(self.cached.len(), self.reusable_tokens(false));
         let mut source = (HOME, if covered(HOME, home) { home } else { 0 });
         for (seq, tokens) in self.lanes.held() {
-            let held = common_prefix_len(tokens, prompt).min(most);
+            let held = shareable(tokens.len(), tokens);
             if covered(seq, held) && held > source.1 {
                 source = (seq, held);
             }

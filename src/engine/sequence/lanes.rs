@@ -292,7 +292,13 @@ impl<'m> LiveSequence<'m> {
         let bounds: Vec<(usize, usize)> = media.iter().map(|span| (span.start, span.end())).collect();
         let whole = whole_media_prefix(&bounds, keep);
         if whole < keep {
-            self.decoder.cut_sequence(seq, whole);
+            // A recurrent state cannot be cut: the lane starts from nothing then.
+            let whole = if self.decoder.cut_sequence(seq, whole) {
+                whole
+            } else {
+                self.decoder.drop_sequence(seq);
+                0
+            };
             (keep, shared) = (whole, shared.min(whole));
             (cache.reused, cache.prefilled) = (whole as u32, (prompt.len() - whole) as u32);
         }
