@@ -108,8 +108,8 @@ fn a_lanes_prompt_is_checkpointed_for_a_turn_that_rewrites_its_reply() {
 }
 
 /// A lane takes the other checkpoints sequence 0 takes, by the same rules: every
-/// `checkpoint_every` tokens of a long prompt (here 256, in batches of 64: one within a batch
-/// after each multiple), and, once the small SWA cache has dropped the lane's first positions
+/// `checkpoint_every` tokens of a long prompt (here 256, in batches of 64: one at the end of the
+/// batch that reached each multiple), and, once the small SWA cache has dropped the lane's first positions
 /// (B's prompt alone is longer than its cells), every 32 reply tokens. B (about 1,200 tokens,
 /// nothing shared) is served beside A, whose short prompt and reply take none: what the store
 /// then holds is B's.
@@ -153,7 +153,7 @@ fn a_lane_checkpoints_a_long_prompt_and_a_reply_past_its_window() {
     let multiples = prompt / 256;
     assert_eq!(checkpoints.len() as u32, multiples + 2, "{checkpoints:?}");
     for (k, &at) in (1..=multiples).zip(&checkpoints) {
-        assert!(at > k * 256 && at <= k * 256 + 64, "one in the batch after {}: {checkpoints:?}", k * 256);
+        assert!(at >= k * 256 && at < k * 256 + 64, "one in the batch that reached {}: {checkpoints:?}", k * 256);
     }
     assert_eq!(checkpoints[multiples as usize..], [prompt, prompt + 32], "the prompt's end, and 32 reply tokens on");
 }
