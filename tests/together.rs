@@ -118,28 +118,35 @@ fn recurrent_models_serve_replies_beside_a_streaming_one() {
     }
 }
 
+/// A lane whose client leaves is freed unanswered, and the streaming reply goes on to its
+/// limit; with a recurrent state too (LFM2: its lane cannot be stopped midway, so it ends at
+/// its next step).
 #[test]
 fn a_client_that_leaves_frees_its_lane_and_the_streaming_reply_goes_on() {
-    let engine = Engine::start(config(smollm2_path())).expect("the model loads");
-    let system = common::long_system_prompt(300);
-    let banned = token_ids(&engine, &["<|im_end|>", "<|endoftext|>"]);
-    let story = request(&system, "Tell me a long story about a dragon in a kitchen.", 200, &banned);
-    let a = streaming(&engine, story);
-    let mut b = engine.submit(request(&system, "Describe the sea at length.", 100, &banned)).expect("submitted");
-    while !matches!(b.next_blocking(), Some(Event::Text(_))) {}
-    drop(b);
-    let (a, _) = a.join().expect("reader");
-    assert_eq!(a.usage.completion_tokens, 200, "A's reply went on to its limit");
-    let status = engine.cache_status();
-    assert_eq!(
-        (status.lanes.running, status.lanes.served),
-        (0, 0),
-        "the lane was freed unanswered: {:?}",
-        status.lanes
-    );
-    // The lane is free again: the next request beside a reply takes it.
-    let c = generate(&engine, request(&system, "Turn on the office light.", 8, &[]));
-    assert!(c.usage.completion_tokens > 0);
+    // The fixture is fast: a longer reply keeps A streaming while B comes and goes.
+    for (model, limit) in [(smollm2_path(), 200), (common::model_path("tiny-lfm2.gguf"), 2000)] {
+        let engine = Engine::start(config(model)).expect("the model loads");
+        let system = common::long_system_prompt(300);
+        let banned = token_ids(&engine, &["<|im_end|>", "<|endoftext|>"]);
+        let story = request(&system, "Tell me a long story about a dragon in a kitchen.", limit, &banned);
+        let a = streaming(&engine, story);
+        let mut b = engine.submit(request(&system, "Describe the sea at length.", 100, &banned)).expect("submitted");
+        while !matches!(b.next_blocking(), Some(Event::Text(_))) {}
+        drop(b);
+        let (a, _) = a.join().expect("reader");
+        assert_eq!(a.usage.completion_tokens, limit, "A's reply went on to its limit");
+        assert!(a.timings.shared.is_some(), "B took a lane beside A");
+        let status = engine.cache_status();
+        assert_eq!(
+            (status.lanes.running, status.lanes.served),
+            (0, 0),
+            "the lane was freed unanswered: {:?}",
+            status.lanes
+        );
+        // The lane is free again: the next request is served.
+        let c = generate(&engine, request(&system, "Turn on the office light.", 8, &[]));
+        assert!(c.usage.completion_tokens > 0);
+    }
 }
 
 /// B's two turns and what A asks in between, as requests.
