@@ -513,8 +513,12 @@ impl<'m> Session<'m> {
                 Ok(Some(reason)) => break Ok(reason),
                 Err(halt) => break Err(halt),
             }
-            // A request that arrived meanwhile shares the next steps, where it can.
-            self.admit_waiting(reserved);
+            // A request that arrived meanwhile shares the next steps, where it can; not once
+            // this reply's client has left (a barge-in's next turn, sent at once): the reply
+            // ends at its next step, and the request continues its cells on sequence 0.
+            if !events.is_closed() {
+                self.admit_waiting(reserved);
+            }
         };
         drop(stop_while);
         cache.adopted = reply.adopted();
