@@ -1,5 +1,5 @@
 //! What a lane leaves in the RAM store and the disk cache: its conversation when it ends, and,
-//! on models whose cache cannot be cut everywhere (a sliding window), the checkpoints sequence
+//! on models whose cache cannot be cut everywhere (a sliding window, a recurrent state), the checkpoints sequence
 //! 0 would take of the same prompt and reply — at the prompt's end once its first token is out,
 //! every `--checkpoint-every` tokens of a long prompt, and every few reply tokens once the
 //! window has dropped positions. The same pure rules decide ([`policy::plan_evaluation`],
