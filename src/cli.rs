@@ -12,8 +12,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use firstword::api::{AllowedHosts, ApiKeys, CorsOrigins, ServeOptions};
 use firstword::engine::{
-    ContextOverflow, EngineConfig, EngineError, FlashAttention, Prompt, SpecMode, SpeculationConfig, SpeculationError,
-    LLAMA_CPP_BUILD,
+    ContextOverflow, EngineConfig, EngineError, FlashAttention, Prompt, RpcEndpoint, RpcServerOptions, SpecMode,
+    SpeculationConfig, SpeculationError, SplitMode, LLAMA_CPP_BUILD,
 };
 
 /// `firstword --version`: this crate's version and the llama.cpp it links.
@@ -37,6 +37,45 @@ pub(crate) enum Command {
     /// OpenAI-compatible servers, side by side, and decide between them; grade their answers
     /// blind (`bench grade`) and decide (`bench verdict`).
     Bench(BenchArgs),
+    /// Serve this machine's devices (its GPUs, or its CPU) to a firstword or llama-server
+    /// started with --rpc on another machine, as llama.cpp's rpc-server does. Listens only on
+    /// loopback or a private address: the protocol has no authentication.
+    RpcServer(RpcServerArgs),
+}
+
+/// `firstword rpc-server`.
+#[derive(Args)]
+pub(crate) struct RpcServerArgs {
+    /// Address to listen on: this machine's address on a private network (or 127.0.0.1).
+    #[arg(long, env = "FIRSTWORD_RPC_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on.
+    #[arg(short = 'p', long, env = "FIRSTWORD_RPC_PORT", default_value_t = 50052)]
+    pub port: u16,
+    /// Threads of a CPU device [default: physical cores].
+    #[arg(short = 't', long, env = "FIRSTWORD_THREADS")]
+    pub threads: Option<u32>,
+    /// Keep the large tensors a client sends in this directory, so that its next start loads
+    /// the model faster.
+    #[arg(long = "cache-dir", env = "FIRSTWORD_RPC_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Serve only these devices (ggml's names: CUDA0, Metal, CPU; repeatable) [default: the
+    /// GPUs, or the CPU without one].
+    #[arg(long = "device", value_name = "NAME")]
+    pub devices: Vec<String>,
+}
+
+impl RpcServerArgs {
+    /// What the library's RPC server is told.
+    pub(crate) fn options(&self) -> RpcServerOptions {
+        RpcServerOptions {
+            host: self.host.clone(),
+            port: self.port,
+            threads: self.threads.unwrap_or_else(firstword::engine::physical_cores),
+            cache_dir: self.cache_dir.clone(),
+            devices: self.devices.clone(),
+        }
+    }
 }
 
 /// `firstword serve`.
@@ -76,12 +115,64 @@ pub(crate) struct ModelArgs {
     /// Layers to offload to the GPU (GPU builds only).
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", env = "FIRSTWORD_N_GPU_LAYERS", default_value_t = EngineConfig::DEFAULT_N_GPU_LAYERS)]
     pub n_gpu_layers: u32,
+    /// llama.cpp RPC servers whose devices take layers, as llama-server's --rpc
+    /// (HOST:PORT, comma-separated; `firstword rpc-server` or llama.cpp's rpc-server runs
+    /// there). Each must answer at start. Their devices come first, then the local GPUs.
+    #[arg(long = "rpc", value_name = "HOST:PORT,...", env = "FIRSTWORD_RPC", value_delimiter = ',')]
+    pub rpc: Vec<RpcEndpoint>,
+    /// Seconds a llama.cpp call may wait on the RPC servers per 512-token micro-batch before
+    /// firstword exits, naming them (a server that stops answering would hold every request).
+    #[arg(long = "rpc-timeout", value_name = "SECONDS", env = "FIRSTWORD_RPC_TIMEOUT", default_value_t = EngineConfig::DEFAULT_RPC_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub rpc_timeout: u64,
+    /// How offloaded layers are split over several devices.
+    #[arg(
+        long = "split-mode",
+        visible_alias = "sm",
+        env = "FIRSTWORD_SPLIT_MODE",
+        value_enum,
+        default_value = "layer"
+    )]
+    pub split_mode: SplitModeArg,
+    /// Each device's share of the offloaded layers, in order (the RPC servers first, then the
+    /// local GPUs), e.g. 3,1 [default: by free memory].
+    #[arg(long = "tensor-split", visible_alias = "ts", value_name = "N0,N1,...", env = "FIRSTWORD_TENSOR_SPLIT", value_delimiter = ',', value_parser = parse_share)]
+    pub tensor_split: Vec<f32>,
+    /// The device that takes every offloaded layer with --split-mode none (an index in the
+    /// same order).
+    #[arg(long = "main-gpu", visible_alias = "mg", env = "FIRSTWORD_MAIN_GPU", default_value_t = 0)]
+    pub main_gpu: u32,
+    /// Keep every weight in its file's layout on the CPU (llama.cpp's --no-repack): slower
+    /// CPU kernels, and the same sums as a CPU rpc-server's, which never repacks.
+    #[arg(long = "no-repack", env = "FIRSTWORD_NO_REPACK")]
+    pub no_repack: bool,
     /// Lock the model in RAM (no swapping).
     #[arg(long, env = "FIRSTWORD_MLOCK")]
     pub mlock: bool,
     /// Read the model into memory instead of memory-mapping it.
     #[arg(long = "no-mmap", env = "FIRSTWORD_NO_MMAP")]
     pub no_mmap: bool,
+}
+
+/// `--split-mode`'s values.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum SplitModeArg {
+    /// One device (--main-gpu) takes every offloaded layer.
+    None,
+    /// Whole layers per device.
+    Layer,
+    /// Rows of each weight across the devices.
+    Row,
+    /// llama.cpp's tensor parallelism.
+    Tensor,
+}
+
+/// One `--tensor-split` share: a finite number, zero or more.
+fn parse_share(text: &str) -> Result<f32, String> {
+    text.trim()
+        .parse::<f32>()
+        .ok()
+        .filter(|share| share.is_finite() && *share >= 0.0)
+        .ok_or_else(|| format!("`{text}` is not a share (a number, 0 or more)"))
 }
 
 /// The live context: its size, threads and batches.
@@ -367,6 +458,17 @@ impl ServeArgs {
             batch_size: context.batch_size,
             ubatch_size: context.ubatch_size,
             n_gpu_layers: model.n_gpu_layers,
+            split_mode: match model.split_mode {
+                SplitModeArg::None => SplitMode::None,
+                SplitModeArg::Layer => SplitMode::Layer,
+                SplitModeArg::Row => SplitMode::Row,
+                SplitModeArg::Tensor => SplitMode::Tensor,
+            },
+            tensor_split: model.tensor_split.clone(),
+            main_gpu: model.main_gpu,
+            rpc: model.rpc.clone(),
+            rpc_timeout: Duration::from_secs(model.rpc_timeout),
+            repack: !model.no_repack,
             flash_attention: match context.flash_attn {
                 FlashAttnArg::Auto => FlashAttention::Auto,
                 FlashAttnArg::On => FlashAttention::On,

@@ -11,7 +11,7 @@ use firstword::engine::LLAMA_CPP_BUILD;
 use firstword::{Engine, EngineConfig};
 use tracing_subscriber::EnvFilter;
 
-use cli::{BenchAction, BenchArgs, Cli, Command, ServeArgs};
+use cli::{BenchAction, BenchArgs, Cli, Command, RpcServerArgs, ServeArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -24,6 +24,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench(args),
+        Command::RpcServer(args) => rpc_server(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -71,6 +72,16 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         info.threads_batch,
         LLAMA_CPP_BUILD,
     );
+    for device in &info.devices {
+        tracing::info!(
+            "device {} ({}, {}): {} MiB, {} MiB free",
+            device.name,
+            device.backend,
+            device.description,
+            device.memory_total >> 20,
+            device.memory_free >> 20
+        );
+    }
     tracing::info!("console: open {} in a browser", console_url(address));
     // The server ends after a shutdown signal, once open responses have closed, or when the
     // engine cannot serve any more: then exit non-zero, so that systemd restarts the server.
@@ -127,6 +138,11 @@ async fn shutdown_signal(engine: Engine) {
     }
     tracing::info!("shutting down: ending running generations, refusing new requests");
     engine.shutdown();
+}
+
+/// `firstword rpc-server`: serves until the process is stopped.
+fn rpc_server(args: &RpcServerArgs) -> anyhow::Result<()> {
+    firstword::engine::serve_rpc(&args.options()).map_err(Into::into)
 }
 
 #[tokio::main]

@@ -8,7 +8,7 @@ use axum::Json;
 
 use super::error::ApiError;
 use super::wire::{
-    CacheEntryView, CacheView, DiskCacheView, KeptView, MediaCacheView, ModelCard, ModelList, ModelMeta,
+    CacheEntryView, CacheView, DeviceView, DiskCacheView, KeptView, MediaCacheView, ModelCard, ModelList, ModelMeta,
 };
 use super::AppState;
 use crate::engine::media::MediaKind;
@@ -38,6 +38,15 @@ pub(super) async fn list_models(State(state): State<Arc<AppState>>) -> Result<Js
                     .map(|(kind, _)| kind.as_str())
                     .collect(),
                 media_refused: info.media.refused.clone(),
+                devices: (info.devices.iter())
+                    .map(|device| DeviceView {
+                        name: device.name.clone(),
+                        description: device.description.clone(),
+                        backend: device.backend.clone(),
+                        memory_total: device.memory_total,
+                        memory_free: device.memory_free,
+                    })
+                    .collect(),
             },
         }],
     }))

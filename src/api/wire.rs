@@ -482,4 +482,22 @@ pub(super) struct ModelMeta {
     /// Why media input is refused although a projector is loaded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub media_refused: Option<String>,
+    /// The devices the model may use: the CPU, then those that take offloaded layers (an RPC
+    /// server's are named by its endpoint).
+    pub devices: Vec<DeviceView>,
+}
+
+/// One device of `/v1/models`' `meta.devices`.
+#[derive(Debug, Serialize)]
+pub(super) struct DeviceView {
+    /// ggml's name (`CPU`, `CUDA0`, `RPC0`).
+    pub name: String,
+    /// What it is; an RPC device's `HOST:PORT`.
+    pub description: String,
+    /// The ggml backend (`CPU`, `CUDA`, `RPC`).
+    pub backend: String,
+    /// Its memory, in bytes.
+    pub memory_total: u64,
+    /// Its memory free after the model loaded, in bytes.
+    pub memory_free: u64,
 }

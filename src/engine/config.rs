@@ -28,6 +28,20 @@ pub enum ContextOverflow {
     DropOldest,
 }
 
+/// How the offloaded layers are split over several devices, as llama.cpp's `--split-mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitMode {
+    /// One device (`main_gpu`) takes them all.
+    None,
+    /// Whole layers (and their KV cache) per device, by the tensor split.
+    #[default]
+    Layer,
+    /// Rows of each weight across the devices (backends that support it).
+    Row,
+    /// llama.cpp's tensor parallelism over the devices.
+    Tensor,
+}
+
 /// Everything needed to start an [`Engine`](crate::Engine).
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -49,6 +63,24 @@ pub struct EngineConfig {
     pub ubatch_size: u32,
     /// Layers offloaded to the GPU (ignored by CPU builds).
     pub n_gpu_layers: u32,
+    /// How the offloaded layers are split over the devices.
+    pub split_mode: SplitMode,
+    /// Each device's share of the offloaded layers, in the devices' order (the RPC servers
+    /// first, then the local GPUs); empty: by their free memory, as llama.cpp does.
+    pub tensor_split: Vec<f32>,
+    /// The device used with [`SplitMode::None`], an index in that order.
+    pub main_gpu: u32,
+    /// Let the CPU keep some weights in repacked layouts its kernels compute faster with
+    /// (llama.cpp's default; `--no-repack` turns it off). An RPC server's CPU never repacks, so
+    /// a model split over one computes those weights as a local `--no-repack` run does.
+    pub repack: bool,
+    /// llama.cpp RPC servers whose devices take layers (llama.cpp's `--rpc`), checked and
+    /// connected at start.
+    pub rpc: Vec<super::RpcEndpoint>,
+    /// How long a llama.cpp call may wait on the RPC servers per micro-batch (or per 256 MiB
+    /// of a state copy) before the process ends, naming them: a server that stops answering
+    /// without closing its connection would otherwise hold every request forever.
+    pub rpc_timeout: std::time::Duration,
     /// Flash attention policy.
     pub flash_attention: FlashAttention,
     /// Keep the full-size KV cache for sliding-window layers, so any cut of the prompt can be
@@ -166,6 +198,9 @@ impl EngineConfig {
     /// ([`Self::next_request_grace`]): longer than a local client takes to read a reply's end
     /// and send its next request, far shorter than a person's next turn.
     pub const DEFAULT_NEXT_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+    /// Default wait on the RPC servers per micro-batch: far longer than a GPU or a CPU takes
+    /// for 512 tokens of any model that fits a home machine.
+    pub const DEFAULT_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
     /// Default idle time after a reply before the conversation is copied for the disk cache.
     pub const DEFAULT_PERSIST_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -182,6 +217,12 @@ impl EngineConfig {
             batch_size: Self::DEFAULT_BATCH_SIZE,
             ubatch_size: Self::DEFAULT_UBATCH_SIZE,
             n_gpu_layers: Self::DEFAULT_N_GPU_LAYERS,
+            split_mode: SplitMode::Layer,
+            tensor_split: Vec::new(),
+            main_gpu: 0,
+            repack: true,
+            rpc: Vec::new(),
+            rpc_timeout: Self::DEFAULT_RPC_TIMEOUT,
             flash_attention: FlashAttention::Auto,
             swa_full: true,
             mlock: false,

@@ -22,6 +22,20 @@ pub enum EngineError {
         /// The path given.
         path: PathBuf,
     },
+    /// An RPC server of `--rpc` cannot be used.
+    #[error("cannot use the RPC server at {endpoint}: {reason}. Run `firstword rpc-server --host <its private address> --port <port>` there (or llama.cpp's rpc-server built from the same llama.cpp), on a trusted network")]
+    Rpc {
+        /// `HOST:PORT`.
+        endpoint: String,
+        /// What was found there.
+        reason: String,
+    },
+    /// `firstword rpc-server` cannot serve.
+    #[error("rpc-server: {0}")]
+    RpcServe(String),
+    /// `--rpc` was given to a build without llama.cpp's RPC backend.
+    #[error("this build has no RPC backend (llama.cpp was built without GGML_RPC): build again after `cargo clean -p llama-cpp-sys-2`")]
+    RpcUnavailable,
     /// The inference context could not be created (often: not enough memory for the KV cache).
     #[error("could not create a {n_ctx}-token context: {reason}")]
     ContextCreate {

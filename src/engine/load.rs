@@ -9,15 +9,16 @@ use llama_cpp_2::context::params::{LlamaContextParams, LlamaContextType};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::speculative::{MtpSpeculative, MtpSpeculativeParams};
 use llama_cpp_2::token::LlamaToken;
 
 use super::decoder::{Decoder, ModelDrafter, MtpDrafter};
+use super::ffi::devices::Placement;
 use super::ffi::{send_llama_logs_to_tracing, watch_flash_attention};
+use super::remote::{self, DeviceInfo};
 use super::speculation::{vocabulary_difference, Drafter, SpecMode, SpeculationPlan};
-use super::{EngineConfig, EngineError, FlashAttention, SpeculationError};
+use super::{EngineConfig, EngineError, FlashAttention, SpeculationError, SplitMode};
 
 /// Context size used when the user gives none: enough for a long system prompt and a
 /// conversation, without allocating a 32K+ KV cache nobody asked for.
@@ -43,6 +44,8 @@ pub(super) struct Models {
     pub model: std::sync::Arc<LlamaModel>,
     pub draft_model: Option<LlamaModel>,
     pub plan: SpeculationPlan,
+    /// The devices the model may use (the start-up log, `/v1/models`).
+    pub devices: Vec<DeviceInfo>,
 }
 
 impl Models {
@@ -61,13 +64,45 @@ impl Models {
             plan.reason = "a projector (--mmproj) is loaded".into();
         }
         let backend = backend()?;
+        if config.tensor_split.len() > llama_cpp_2::model::params::LLAMA_CPP_MAX_DEVICES {
+            return Err(EngineError::LoadFailed(format!(
+                "the tensor split names {} devices; llama.cpp places layers on at most {}",
+                config.tensor_split.len(),
+                llama_cpp_2::model::params::LLAMA_CPP_MAX_DEVICES
+            )));
+        }
+        remote::connect(&config.rpc, config.rpc_timeout)?;
+        let choice = remote::choose_devices(&config.rpc);
         let load_mtp = matches!(plan.drafter, Drafter::Mtp { .. });
-        let model = load_model(backend, &config.model_path, config.n_gpu_layers, load_mtp, config)?;
+        let placement = Placement {
+            n_gpu_layers: config.n_gpu_layers,
+            split_mode: config.split_mode,
+            main_gpu: config.main_gpu,
+            tensor_split: &config.tensor_split,
+            devices: choice.explicit.as_deref(),
+            mmap: config.mmap,
+            mlock: config.mlock,
+            load_mtp,
+            repack: config.repack,
+        };
+        let model = load_model(&config.model_path, &placement)?;
+        // The draft model stays on this machine: its steps must not wait on the network.
+        let local_devices = remote::choose_devices(&[]).explicit;
+        let local = Placement {
+            n_gpu_layers: config.speculation.n_gpu_layers_draft,
+            split_mode: SplitMode::Layer,
+            main_gpu: 0,
+            tensor_split: &[],
+            devices: local_devices.as_deref(),
+            load_mtp: false,
+            ..placement
+        };
         let draft_model = match &plan.drafter {
-            Drafter::Model(path) => Some(load_draft_model(backend, &model, path, config)?),
+            Drafter::Model(path) => Some(load_draft_model(&model, path, &local)?),
             _ => None,
         };
-        Ok(Self { backend, model: std::sync::Arc::new(model), draft_model, plan })
+        let devices = remote::choose_devices(&config.rpc).shown;
+        Ok(Self { backend, model: std::sync::Arc::new(model), draft_model, plan, devices })
     }
 }
 
@@ -77,32 +112,17 @@ fn check_readable(path: &Path) -> Result<(), EngineError> {
         .map_err(|e| EngineError::ModelUnreadable { path: path.to_path_buf(), reason: e.to_string() })
 }
 
-fn load_model(
-    backend: &LlamaBackend,
-    path: &Path,
-    n_gpu_layers: u32,
-    load_mtp: bool,
-    config: &EngineConfig,
-) -> Result<LlamaModel, EngineError> {
+/// Loads a model placed as `placement` says. MTP tensors only when they exist and are used
+/// (`load_mtp`): an MTP context on a model loaded without them aborts the process inside
+/// llama.cpp.
+fn load_model(path: &Path, placement: &Placement<'_>) -> Result<LlamaModel, EngineError> {
     check_readable(path)?;
-    // MTP tensors only when they exist and are used: an MTP context on a model loaded without
-    // them aborts the process inside llama.cpp.
-    let params = LlamaModelParams::default()
-        .with_n_gpu_layers(n_gpu_layers)
-        .with_use_mmap(config.mmap)
-        .with_use_mlock(config.mlock)
-        .with_load_mtp(load_mtp);
-    LlamaModel::load_from_file(backend, path, &params).map_err(|_| EngineError::ModelLoad { path: path.to_path_buf() })
+    super::ffi::devices::load_model(path, placement).ok_or_else(|| EngineError::ModelLoad { path: path.to_path_buf() })
 }
 
 /// Loads the draft model and checks that its tokens mean what the target's mean.
-fn load_draft_model(
-    backend: &LlamaBackend,
-    target: &LlamaModel,
-    path: &Path,
-    config: &EngineConfig,
-) -> Result<LlamaModel, EngineError> {
-    let draft = load_model(backend, path, config.speculation.n_gpu_layers_draft, false, config)?;
+fn load_draft_model(target: &LlamaModel, path: &Path, placement: &Placement<'_>) -> Result<LlamaModel, EngineError> {
+    let draft = load_model(path, placement)?;
     let texts = |model: &LlamaModel| -> Vec<Vec<u8>> {
         let vocab = model.vocab();
         (0..model.n_vocab())

@@ -19,6 +19,7 @@ pub mod media;
 mod policy;
 mod prefix;
 mod queue;
+mod remote;
 mod reply;
 mod request;
 mod request_path;
@@ -27,6 +28,7 @@ mod sampling;
 mod schedule;
 mod sequence;
 mod speculation;
+mod stall;
 mod store;
 mod text;
 mod threads;
@@ -49,10 +51,11 @@ pub(crate) use media::projector::PreparedMedia;
 use queue::{Admission, QueuedPrefill};
 use tokenizer::Tokenizer;
 
-pub use config::{physical_cores, ContextOverflow, EngineConfig, FlashAttention};
+pub use config::{physical_cores, ContextOverflow, EngineConfig, FlashAttention, SplitMode};
 pub use error::{EngineError, SpeculationError};
 pub use handles::{EngineLoad, Generation, PendingPrefill};
 pub use policy::ChangeRules;
+pub use remote::{private_address, probe, serve_rpc, DeviceInfo, RpcEndpoint, RpcProbeError, RpcServerOptions};
 pub use request::{
     CacheEntryKind, CacheEntryStatus, CacheMiss, CacheReport, CacheSource, CacheStatus, Candidate, ChangedSpanReport,
     ChangesReport, DiskStatus, DraftStats, Event, FinishReason, GenerationRequest, KeptStatus, LaneCounts,
@@ -108,6 +111,9 @@ pub struct ModelInfo {
     pub size_bytes: u64,
     /// `general.file_type`: llama.cpp's number for the quantization, when the file says.
     pub file_type: Option<u32>,
+    /// The devices the model may use: the CPU, then those that take offloaded layers (the RPC
+    /// servers' first), with their memory after loading.
+    pub devices: Vec<DeviceInfo>,
 }
 
 /// A loaded model's facts plus what rendering and tokenizing need.

@@ -35,6 +35,13 @@ pub(super) fn model() -> ModelInfo {
         n_params: 134_515_008,
         size_bytes: 91_000_000,
         file_type: Some(3),
+        devices: vec![crate::engine::DeviceInfo {
+            name: "CPU".into(),
+            description: "a test CPU".into(),
+            backend: "CPU".into(),
+            memory_total: 1 << 34,
+            memory_free: 1 << 33,
+        }],
     }
 }
 

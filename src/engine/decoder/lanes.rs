@@ -50,7 +50,15 @@ impl Decoder<'_> {
             }
             rows.push(batch.n_tokens() - 1);
         }
-        ctx.decode(&mut batch).map_err(|e| match e {
+        let units = crate::engine::stall::ubatches(total, ctx.n_ubatch());
+        crate::engine::stall::watched(units, || {
+            let decoded = ctx.decode(&mut batch);
+            if crate::engine::stall::active() {
+                crate::engine::ffi::synchronize(ctx);
+            }
+            decoded
+        })
+        .map_err(|e| match e {
             DecodeError::Unknown(2) => EngineError::DecodeStopped,
             e => EngineError::Decode(e.to_string()),
         })?;

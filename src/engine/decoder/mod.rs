@@ -265,7 +265,16 @@ impl<'m> Decoder<'m> {
         if let Self::Mtp(mtp) = self {
             mtp.flush();
         }
-        self.target_mut().decode(&mut batch).map_err(|e| match e {
+        let units = super::stall::ubatches(tokens.len(), self.target().n_ubatch());
+        let ctx = self.target_mut();
+        super::stall::watched(units, || {
+            let decoded = ctx.decode(&mut batch);
+            if super::stall::active() {
+                super::ffi::synchronize(ctx);
+            }
+            decoded
+        })
+        .map_err(|e| match e {
             // llama.cpp's code for a decode its abort callback stopped ([`Self::stop_decodes_with`]).
             DecodeError::Unknown(2) => EngineError::DecodeStopped,
             e => EngineError::Decode(e.to_string()),

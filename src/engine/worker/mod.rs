@@ -239,7 +239,7 @@ impl<'m> Session<'m> {
         signals: &'m Signals,
         commands: &'m Receiver<Command>,
     ) -> Result<(Self, ModelInfo), EngineError> {
-        let Models { backend, model: shared_model, draft_model, plan } = models;
+        let Models { backend, model: shared_model, draft_model, plan, devices } = models;
         let model: &LlamaModel = shared_model;
         let draft_model = draft_model.as_ref();
         let architecture = model.meta_val_str("general.architecture").unwrap_or_default();
@@ -326,6 +326,7 @@ impl<'m> Session<'m> {
             n_params: model.n_params(),
             size_bytes: model.size(),
             file_type: model.meta_val_str("general.file_type").ok().and_then(|t| t.parse().ok()),
+            devices: devices.clone(),
         };
         let session = Self {
             model,

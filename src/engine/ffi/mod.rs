@@ -3,8 +3,11 @@
 //! RAM and writes them to disk; `llama-cpp-2`'s safe `SeqState` cannot be written), and what
 //! llama.cpp chose for an `auto` flash-attention policy (read from its log), and the threads a
 //! context computes with, and the check that stops a reply's decode step midway once its client
-//! has left, and the hook that runs when the process exits.
+//! has left, and the hook that runs when the process exits; in `devices.rs`, the model placed on
+//! the devices the user chose, RPC servers registered and served, and ggml's abort message.
 #![allow(unsafe_code)]
+
+pub(crate) mod devices;
 
 use std::sync::Arc;
 
@@ -48,7 +51,9 @@ pub(crate) fn sequence_state(ctx: &LlamaContext<'_>, seq: i32) -> Option<Vec<u8>
     // SAFETY: `bytes` holds `size` bytes, which is what llama.cpp computed (with the same
     // writer logic, on this thread, with nothing evaluated in between) that it writes for
     // sequence `seq` with these flags.
-    let written = unsafe { ctx.state_seq_get_data_ext(bytes.as_mut_ptr(), seq, flags) };
+    let written = super::stall::watched(super::stall::state_units(size), || unsafe {
+        ctx.state_seq_get_data_ext(bytes.as_mut_ptr(), seq, flags)
+    });
     (written == size).then_some(bytes)
 }
 
@@ -62,7 +67,9 @@ pub(crate) fn sequence_state(ctx: &LlamaContext<'_>, seq: i32) -> Option<Vec<u8>
 pub(crate) fn set_sequence_state(ctx: &mut LlamaContext<'_>, bytes: &[u8], seq: i32) -> bool {
     // SAFETY: `bytes` is a state llama.cpp serialised for this model and context shape (see
     // above); llama.cpp reads at most `bytes.len()` bytes from it.
-    unsafe { ctx.state_seq_set_data_ext(bytes, seq, LlamaStateSeqFlags::empty()) }
+    super::stall::watched(super::stall::state_units(bytes.len()), || unsafe {
+        ctx.state_seq_set_data_ext(bytes, seq, LlamaStateSeqFlags::empty())
+    })
 }
 
 /// Sets the threads llama.cpp computes with: `generation` for single-token batches, `batch`
@@ -128,6 +135,17 @@ unsafe extern "C" fn decode_stop_requested(data: *mut std::ffi::c_void) -> bool 
     // context that calls this; it is shared (`Sync`) and only read here.
     let stop = unsafe { &*data.cast_const().cast::<DecodeStop>() };
     stop.requested()
+}
+
+/// Waits until `ctx`'s computations have ended (`llama_synchronize`): a decode may return while
+/// a backend still computes (a GPU, an RPC server), and the wait would then come in the next
+/// read of its logits. Nothing happens when the context's pointer could not be found.
+pub(crate) fn synchronize(ctx: &mut LlamaContext<'_>) {
+    if let Some(raw) = context_pointer(ctx) {
+        // SAFETY: `raw` is this context's `llama_context` (checked by `context_pointer`), live
+        // and borrowed mutably here; the call waits for its scheduler.
+        unsafe { llama_cpp_sys_2::llama_synchronize(raw) };
+    }
 }
 
 /// Whether `ctx`'s cache can move positions (`llama_memory_can_shift`: llama.cpp aborts on a
