@@ -59,6 +59,16 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         info = engine.wait_ready() => info.map_err(|e| anyhow::anyhow!(cli::in_flag_terms(&e)))?,
         served = &mut server => return served?.map_err(Into::into),
     };
+    for device in &info.devices {
+        tracing::info!(
+            "device {} ({}, {}): {} MiB, {} MiB free",
+            device.name,
+            device.backend,
+            device.description,
+            device.memory_total >> 20,
+            device.memory_free >> 20
+        );
+    }
     tracing::info!(
         "firstword {} ready: model {} (arch {}), context {} tokens{}, template {}, tool calls {}, threads {}/{} (gen/batch), {}, listening on http://{address}",
         env!("CARGO_PKG_VERSION"),
@@ -72,16 +82,6 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         info.threads_batch,
         LLAMA_CPP_BUILD,
     );
-    for device in &info.devices {
-        tracing::info!(
-            "device {} ({}, {}): {} MiB, {} MiB free",
-            device.name,
-            device.backend,
-            device.description,
-            device.memory_total >> 20,
-            device.memory_free >> 20
-        );
-    }
     tracing::info!("console: open {} in a browser", console_url(address));
     // The server ends after a shutdown signal, once open responses have closed, or when the
     // engine cannot serve any more: then exit non-zero, so that systemd restarts the server.
