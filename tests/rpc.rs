@@ -1,6 +1,7 @@
 //! llama.cpp's RPC backend (`--rpc`): a model split over two `firstword rpc-server`s and the
 //! local CPU answers as the same model run locally (both test models), turn after turn (the
-//! prefix reused), after a restart from the disk cache, and with a local draft model (a CPU
+//! prefix reused), after a restart from the disk cache onto fresh servers, and with a local
+//! draft model (a CPU
 //! rpc-server never repacks weights, so the local side of the comparison does not either:
 //! gemma-3's Q4_K weights are repacked by default, and its replies then differ in the last bits
 //! of the sums, seen tipping a greedy token); an
@@ -108,12 +109,13 @@ impl Drop for TempDir {
     }
 }
 
-/// Stops `engine` and waits for its inference thread to end: its model's buffers on the
-/// rpc-servers are freed over the network, so the servers must outlive it (ggml-rpc aborts the
-/// process when a server it still talks to has gone).
-fn stop(engine: &Engine) {
+/// Stops `engine`, waits for its inference thread to end and drops it, the model with it: its
+/// buffers on the rpc-servers are freed over the network, so the servers must outlive it
+/// (ggml-rpc aborts the process when a server it still talks to has gone).
+fn stop(engine: Engine) {
     engine.shutdown();
     engine.wait_stopped();
+    drop(engine);
 }
 
 /// The test settings with `layers` of the model's layers on the servers' devices (the rest on
@@ -168,9 +170,13 @@ fn answers_as_locally(model: PathBuf, layers: u32) {
     assert_eq!(turn2.usage.cached_tokens, local2.usage.cached_tokens, "the same split on both sides");
     assert_eq!(turn2.text, local2.text, "turn 2 split differs from local");
 
-    // A restart, once the conversation is written: the servers keep running.
+    // A restart, once the conversation is written, on two fresh rpc-servers: nothing of the
+    // old KV is left in their memory, so the restored state is all the remote layers hold.
     split.wait_idle_blocking();
-    stop(&split);
+    stop(split);
+    drop((first, second));
+    let (first, second) = (RpcServer::start(), RpcServer::start());
+    let config = EngineConfig { rpc: vec![first.endpoint.clone(), second.endpoint.clone()], ..config };
     let restarted = Engine::start(config).expect("model loads over RPC again");
     let turn3 = greedy(&restarted, chat(&conversation(&[&turn1.text, &turn2.text])), 16);
     let local3 = greedy(&local, chat(&conversation(&[&turn1.text, &turn2.text])), 16);
@@ -178,7 +184,7 @@ fn answers_as_locally(model: PathBuf, layers: u32) {
     assert_eq!((cache.source, cache.reason), (CacheSource::Disk, Some(CacheMiss::Restored)), "{cache:?}");
     assert_eq!(turn3.usage.cached_tokens, local3.usage.cached_tokens, "the same split on both sides");
     assert_eq!(turn3.text, local3.text, "turn 3 from disk over RPC differs from local");
-    stop(&restarted);
+    stop(restarted);
 }
 
 #[test]
@@ -204,7 +210,7 @@ fn a_local_draft_model_drafts_for_a_model_split_over_rpc() {
     let drafted = greedy(&drafting, question.clone(), 40);
     assert!(drafted.timings.draft.is_some_and(|d| d.accepted > 0), "drafts were made: {:?}", drafted.timings);
     assert_eq!(drafted.text, greedy(&local, question, 40).text);
-    stop(&drafting);
+    stop(drafting);
 }
 
 /// A required tool call (grammar-constrained) prefilled with `/v1/prefill` and parked, then
@@ -242,7 +248,10 @@ fn a_parked_tool_call_over_rpc_is_adopted_and_equals_the_local_answer() {
         assert_eq!(call(&answer), call(&expected), "{answer}\n{expected}");
         assert_eq!(call(&answer)["name"], "set_timer", "{answer}");
     });
-    stop(&split.engine);
+    // The HTTP server keeps a handle, and the model, until the process ends: stopped, the
+    // engine sends nothing more to the server.
+    split.engine.shutdown();
+    split.engine.wait_stopped();
 }
 
 #[test]
