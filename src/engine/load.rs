@@ -72,14 +72,14 @@ impl Models {
             )));
         }
         remote::connect(&config.rpc, config.rpc_timeout)?;
-        let choice = remote::choose_devices(&config.rpc);
+        let devices = remote::explicit_devices(&config.rpc);
         let load_mtp = matches!(plan.drafter, Drafter::Mtp { .. });
         let placement = Placement {
             n_gpu_layers: config.n_gpu_layers,
             split_mode: config.split_mode,
             main_gpu: config.main_gpu,
             tensor_split: &config.tensor_split,
-            devices: choice.explicit.as_deref(),
+            devices: devices.as_deref(),
             mmap: config.mmap,
             mlock: config.mlock,
             load_mtp,
@@ -87,7 +87,7 @@ impl Models {
         };
         let model = load_model(&config.model_path, &placement)?;
         // The draft model stays on this machine: its steps must not wait on the network.
-        let local_devices = remote::choose_devices(&[]).explicit;
+        let local_devices = remote::explicit_devices(&[]);
         let local = Placement {
             n_gpu_layers: config.speculation.n_gpu_layers_draft,
             split_mode: SplitMode::Layer,
@@ -101,7 +101,7 @@ impl Models {
             Drafter::Model(path) => Some(load_draft_model(&model, path, &local)?),
             _ => None,
         };
-        let devices = remote::choose_devices(&config.rpc).shown;
+        let devices = remote::shown_devices(&config.rpc);
         Ok(Self { backend, model: std::sync::Arc::new(model), draft_model, plan, devices })
     }
 }

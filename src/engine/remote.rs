@@ -199,24 +199,22 @@ pub struct DeviceInfo {
     pub memory_free: u64,
 }
 
-/// The devices a model is placed on: the indices (in ggml's device list) to give llama.cpp,
-/// `None` for its own default, and every device the model may use, the CPU's first.
-pub(crate) struct DeviceChoice {
-    /// What llama.cpp is told.
-    pub explicit: Option<Vec<usize>>,
-    /// What the model may use, for the start-up log and `/v1/models`.
-    pub shown: Vec<DeviceInfo>,
-}
-
-/// Chooses the devices for a model whose engine drives the RPC servers `rpc` (already
-/// [`connect`]ed).
-pub(crate) fn choose_devices(rpc: &[RpcEndpoint]) -> DeviceChoice {
+/// The devices (indices in ggml's device list) to give llama.cpp for a model whose engine
+/// drives the RPC servers `rpc` (already [`connect`]ed); `None` for llama.cpp's own default.
+/// Asks no device anything.
+pub(crate) fn explicit_devices(rpc: &[RpcEndpoint]) -> Option<Vec<usize>> {
     let all = device_list();
-    let chosen = model_devices(&all, rpc);
     // llama.cpp's default takes every registered RPC server's devices: told explicitly as soon
     // as one is registered in this process, so that another engine's servers are not used.
-    let explicit = all.iter().any(|d| d.backend == "RPC").then(|| chosen.clone());
-    let shown = (all.iter().filter(|d| d.kind == DeviceKind::Cpu))
+    all.iter().any(|d| d.backend == "RPC").then(|| model_devices(&all, rpc))
+}
+
+/// Every device a model placed for `rpc` may use, the CPU's first, with its memory as the
+/// device reports it now (an RPC device asks its server): the start-up log and `/v1/models`.
+pub(crate) fn shown_devices(rpc: &[RpcEndpoint]) -> Vec<DeviceInfo> {
+    let all = device_list();
+    let chosen = model_devices(&all, rpc);
+    (all.iter().filter(|d| d.kind == DeviceKind::Cpu))
         .chain(chosen.iter().filter_map(|&index| all.iter().find(|d| d.index == index)))
         .map(|d| {
             let (memory_free, memory_total) = device_memory(d.index).unwrap_or_default();
@@ -228,8 +226,7 @@ pub(crate) fn choose_devices(rpc: &[RpcEndpoint]) -> DeviceChoice {
                 memory_free,
             }
         })
-        .collect();
-    DeviceChoice { explicit, shown }
+        .collect()
 }
 
 /// llama.cpp's default order: the RPC servers' devices first (in `rpc`'s order), then the
