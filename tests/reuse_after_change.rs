@@ -59,6 +59,16 @@ fn farthest(a: &[(i32, f32)], b: &[(i32, f32)]) -> f32 {
     a.iter().filter_map(|(t, p)| b.iter().find(|(u, _)| u == t).map(|(_, q)| (p - q).abs())).fold(0.0, f32::max)
 }
 
+/// The largest difference between two first-token distributions' probabilities, over the
+/// tokens both list; panics unless they agree on the likeliest token. (A log-probability far
+/// down the list moves more for the same change.)
+fn farthest_probability(a: &[(i32, f32)], b: &[(i32, f32)]) -> f32 {
+    assert_eq!(a[0].0, b[0].0, "the same likeliest first token: {a:?} {b:?}");
+    (a.iter())
+        .filter_map(|(t, p)| b.iter().find(|(u, _)| u == t).map(|(_, q)| (p.exp() - q.exp()).abs()))
+        .fold(0.0, f32::max)
+}
+
 fn exact(config: &EngineConfig, system: &str) -> (Generated, Vec<(i32, f32)>) {
     let fresh = Engine::start(EngineConfig { cache_ram_mib: 0, reuse_after_change: false, ..config.clone() })
         .expect("the model loads");
@@ -243,12 +253,55 @@ fn a_conversation_another_displaced_is_reused_past_its_changes() {
     }
 }
 
-/// A model with a sliding window (gemma-3) keeps exact reuse only: llama.cpp writes new tokens
-/// over cells that fell out of a sequence's window, which a span evaluated in the middle of the
-/// prompt would need. The reply says why, and is the exact one.
+/// A model with a sliding window (gemma-3): a span evaluated in the middle of the prompt needs
+/// the window before it, whose cells llama.cpp would write new tokens over once they fell out
+/// of the sequence's window; the guard sequence keeps them all. Four turns, the clock and the
+/// kitchen light (both deep inside the window's past by then) changing each time, the history
+/// growing, the clock's length changing once (what follows it moves): every turn is reused
+/// past its changes (without the guard the third is not: sequence 0 lost its first positions,
+/// and the cache was dropped), and its first token's distribution stays near the exact one.
 #[test]
-fn a_sliding_window_keeps_exact_reuse_and_says_why() {
+fn a_sliding_window_is_reused_past_changes_with_every_cell_kept() {
     let config = EngineConfig { reuse_after_change: true, ..common::test_config(common::gemma3_path()) };
+    let engine = Engine::start(config.clone()).expect("the model loads");
+    let mut history = Vec::new();
+    for (turn, (clock, kitchen)) in
+        [("16:00:24", "off"), ("16:03:10", "on"), ("4:07 in the afternoon", "off"), ("16:12:05", "on")]
+            .into_iter()
+            .enumerate()
+    {
+        let mut messages = vec![ChatMessage::system(system(clock, kitchen))];
+        messages.extend(history.iter().cloned());
+        messages.push(ChatMessage::user(format!("Turn {turn}: is light 7 on? Answer yes or no.")));
+        let ask = GenerationRequest { prompt: Prompt::chat(messages.clone(), Vec::new()), ..request("", None) };
+        let (reply, first) = run(&engine, ask.clone());
+        let cache = &reply.timings.cache;
+        eprintln!("turn {turn}: {cache:?} {:?}", reply.text);
+        if turn > 0 {
+            assert_eq!(cache.reason, Some(CacheMiss::ReusedAfterChange), "{cache:?}");
+            let changes = cache.changes.as_ref().expect("the spans are reported");
+            assert!(changes.kept > 400, "what follows the changes was kept: {changes:?}");
+            let fresh = Engine::start(EngineConfig { cache_ram_mib: 0, reuse_after_change: false, ..config.clone() })
+                .expect("the model loads");
+            let (exact, exact_first) = run(&fresh, GenerationRequest { reuse_after_change: Some(false), ..ask });
+            let apart = farthest_probability(&first, &exact_first);
+            eprintln!(
+                "first token's probabilities at most {apart} apart: {first:?} {exact_first:?} exact {:?}",
+                exact.text
+            );
+            assert!(apart < 0.05, "{first:?} vs {exact_first:?}");
+        }
+        history.push(messages.pop().expect("the question"));
+        history.push(ChatMessage::assistant(reply.text.clone()));
+    }
+}
+
+/// With the small window cache (`--swa-small`), which holds only the last window, the reuse is
+/// refused: the reply says why, and is the exact one.
+#[test]
+fn a_small_window_cache_keeps_exact_reuse_and_says_why() {
+    let config =
+        EngineConfig { reuse_after_change: true, swa_full: false, ..common::test_config(common::gemma3_path()) };
     let engine = Engine::start(config.clone()).expect("the model loads");
     run(&engine, request(&system("16:00:24", "off"), None));
     let changed = system("16:07:53", "on");

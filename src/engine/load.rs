@@ -13,7 +13,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::speculative::{MtpSpeculative, MtpSpeculativeParams};
 use llama_cpp_2::token::LlamaToken;
 
-use super::decoder::{Decoder, ModelDrafter, MtpDrafter};
+use super::decoder::{Decoder, ModelDrafter, MtpDrafter, WindowGuard};
 use super::ffi::devices::Placement;
 use super::ffi::{send_llama_logs_to_tracing, watch_flash_attention};
 use super::remote::{self, DeviceInfo};
@@ -184,11 +184,14 @@ pub(super) fn create_decoder<'m>(
     }
     let n_seq_max = sequences(parallel, speculating, recurrent);
     // Reuse past changes evaluates spans on a sequence beside sequence 0: the lanes' free
-    // ones, or this one where there are none (never with a sliding window, which it avoids).
+    // ones, or this one where there are none; with a sliding window, only where every cell of
+    // the full-size window cache is kept, by one more sequence (the guard).
     let window = crate::engine::ffi::effective_sliding_window(model).is_some();
-    let spare_seq =
-        (config.reuse_after_change && n_seq_max == 1 && n_batch > 1 && !speculating && !recurrent && !window)
-            .then_some(1);
+    let reuse_past_changes = config.reuse_after_change && !speculating && !recurrent && (!window || config.swa_full);
+    let spare_seq = (reuse_past_changes && n_seq_max == 1 && n_batch > 1).then_some(1);
+    let n_seq_held = n_seq_max + u32::from(spare_seq.is_some());
+    let window_guard =
+        (reuse_past_changes && window && n_seq_held < n_batch).then_some(WindowGuard { seq: n_seq_held as i32 });
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(n_batch)
@@ -199,7 +202,7 @@ pub(super) fn create_decoder<'m>(
         .with_swa_full(config.swa_full)
         // One pool of cells for all sequences: one conversation alone can fill the context,
         // and memory does not grow with --parallel.
-        .with_n_seq_max(n_seq_max + u32::from(spare_seq.is_some()))
+        .with_n_seq_max(n_seq_held + u32::from(window_guard.is_some()))
         .with_kv_unified(true)
         // Recurrent state a verification step may have to roll back: one per draft (llama.cpp
         // keeps it only for architectures that support the rollback).
@@ -236,7 +239,7 @@ pub(super) fn create_decoder<'m>(
             let draft = draft_model.new_context(backend, params.with_n_rs_seq(0)).map_err(context_error)?;
             Decoder::Model(ModelDrafter::new(ctx, draft, n_batch as usize, plan.p_min, plan.draft_min as usize))
         }
-        _ => Decoder::Plain(ctx),
+        _ => Decoder::Plain(ctx, window_guard),
     };
     match &drafter {
         Drafter::None if speculating => {}

@@ -37,6 +37,7 @@ impl Decoder<'_> {
         if let Self::Mtp(mtp) = self {
             mtp.flush();
         }
+        self.guard_window();
         let ctx = self.target_mut();
         let total = parts.iter().map(|part| part.tokens.len()).sum::<usize>();
         let mut batch = LlamaBatch::new(total.max(1), 1);
@@ -77,8 +78,9 @@ impl Decoder<'_> {
         start: usize,
         n_batch: usize,
     ) -> Result<(), EngineError> {
+        self.guard_window();
         match self {
-            Self::Plain(target) => media.evaluate(segment, target, start, seq, n_batch),
+            Self::Plain(target, _) => media.evaluate(segment, target, start, seq, n_batch),
             _ => Err(EngineError::Internal("media evaluated with a drafter".into())),
         }
     }
@@ -109,7 +111,7 @@ impl Decoder<'_> {
 
     /// Whether the target's cache can move positions.
     pub(crate) fn can_shift(&self) -> bool {
-        matches!(self, Self::Plain(_)) && crate::engine::ffi::can_shift_positions(self.target())
+        matches!(self, Self::Plain(..)) && crate::engine::ffi::can_shift_positions(self.target())
     }
 
     /// Drops sequence `seq`'s positions from `keep` on (a kept sequence a lane continues).
@@ -129,6 +131,7 @@ impl Decoder<'_> {
     /// target's state only (lanes run without a drafter). False, and the sequence empty, when
     /// llama.cpp refused the state or it does not end where `held` says.
     pub(crate) fn restore_lane(&mut self, seq: i32, state: &SavedState, held: usize, keep: usize) -> bool {
+        self.guard_window();
         let ctx = self.target_mut();
         let restored = set_sequence_state(ctx, &state.target, seq)
             && i64::from(ctx.kv_cache_seq_pos_max(seq)) + 1 == held as i64

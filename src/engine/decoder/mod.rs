@@ -12,8 +12,10 @@ use llama_cpp_2::DecodeError;
 
 mod drafters;
 mod lanes;
+mod window_guard;
 
 pub(crate) use lanes::SharedPart;
+pub(crate) use window_guard::WindowGuard;
 
 use super::ffi::{sequence_state, sequence_state_size, set_sequence_state, set_threads, stop_decodes_with, DecodeStop};
 use super::media::projector::{Projector, Segment};
@@ -57,8 +59,9 @@ enum Logits {
 
 /// The target context, alone or with a drafter.
 pub(crate) enum Decoder<'m> {
-    /// No speculation.
-    Plain(LlamaContext<'m>),
+    /// No speculation; with a guard where a sliding window's cells must all stay
+    /// ([`WindowGuard`]).
+    Plain(LlamaContext<'m>, Option<WindowGuard>),
     /// The model's MTP heads draft, in their own context fed with the target's hidden states.
     Mtp(MtpDrafter<'m>),
     /// A separate draft model with the same vocabulary.
@@ -144,7 +147,7 @@ impl<'m> Decoder<'m> {
     /// The target context (logits, sizes).
     pub(crate) fn target(&self) -> &LlamaContext<'m> {
         match self {
-            Self::Plain(ctx) => ctx,
+            Self::Plain(ctx, _) => ctx,
             Self::Mtp(mtp) => mtp.spec.target_context(),
             Self::Model(model) => &model.target,
         }
@@ -155,14 +158,14 @@ impl<'m> Decoder<'m> {
     /// caller keeps `stop` as long as the decoder.
     pub(crate) fn stop_decodes_with(&mut self, stop: &Arc<DecodeStop>) -> bool {
         match self {
-            Self::Plain(ctx) => stop_decodes_with(ctx, stop),
+            Self::Plain(ctx, _) => stop_decodes_with(ctx, stop),
             Self::Mtp(_) | Self::Model(_) => false,
         }
     }
 
     fn target_mut(&mut self) -> &mut LlamaContext<'m> {
         match self {
-            Self::Plain(ctx) => ctx,
+            Self::Plain(ctx, _) => ctx,
             Self::Mtp(mtp) => mtp.spec.target_context_mut(),
             Self::Model(model) => &mut model.target,
         }
@@ -177,7 +180,7 @@ impl<'m> Decoder<'m> {
         }
         let target = save_sequence(self.target(), 0)?;
         let drafter = match self {
-            Self::Plain(_) => None,
+            Self::Plain(..) => None,
             Self::Mtp(mtp) => Some((save_sequence(mtp.spec.draft_context_mut(), 0)?, Vec::new())),
             Self::Model(model) => Some((save_sequence(&model.draft, 0)?, model.cached.clone())),
         };
@@ -189,7 +192,7 @@ impl<'m> Decoder<'m> {
         let target = sequence_state_size(self.target(), 0);
         target
             + match self {
-                Self::Plain(_) => 0,
+                Self::Plain(..) => 0,
                 Self::Mtp(mtp) => sequence_state_size(mtp.spec.draft_context_mut(), 0),
                 Self::Model(model) => sequence_state_size(&model.draft, 0),
             }
@@ -201,6 +204,7 @@ impl<'m> Decoder<'m> {
     pub(crate) fn restore(&mut self, state: &SavedState) -> bool {
         self.clear();
         fail::fail_point!("engine::restore", |_| false);
+        self.guard_window();
         let ctx = self.target_mut();
         if !set_sequence_state(ctx, &state.target, 0) {
             tracing::warn!("restoring a KV state failed: llama.cpp refused it");
@@ -209,7 +213,7 @@ impl<'m> Decoder<'m> {
         }
         let Some((drafter, tokens)) = &state.drafter else { return true };
         let restored = match self {
-            Self::Plain(_) => true,
+            Self::Plain(..) => true,
             Self::Mtp(mtp) => set_sequence_state(mtp.spec.draft_context_mut(), drafter, 0),
             Self::Model(model) => {
                 set_sequence_state(&mut model.draft, drafter, 0) && {
@@ -228,7 +232,7 @@ impl<'m> Decoder<'m> {
     /// Empties the drafter's context.
     fn clear_drafter(&mut self) {
         match self {
-            Self::Plain(_) => {}
+            Self::Plain(..) => {}
             Self::Mtp(mtp) => mtp.spec.draft_context_mut().clear_kv_cache(),
             Self::Model(model) => {
                 model.draft.clear_kv_cache();
@@ -240,7 +244,7 @@ impl<'m> Decoder<'m> {
     /// What drafts: `none`, `mtp` or `model`.
     pub(crate) fn drafter_name(&self) -> &'static str {
         match self {
-            Self::Plain(_) => "none",
+            Self::Plain(..) => "none",
             Self::Mtp(_) => "mtp",
             Self::Model(_) => "model",
         }
@@ -248,7 +252,7 @@ impl<'m> Decoder<'m> {
 
     /// Whether anything drafts.
     pub(crate) fn speculates(&self) -> bool {
-        !matches!(self, Self::Plain(_))
+        !matches!(self, Self::Plain(..))
     }
 
     /// Whether the drafter's context mirrors what the target evaluated for sequence 0 (MTP:
@@ -265,6 +269,7 @@ impl<'m> Decoder<'m> {
         if let Self::Mtp(mtp) = self {
             mtp.flush();
         }
+        self.guard_window();
         let units = super::stall::ubatches(tokens.len(), self.target().n_ubatch());
         let ctx = self.target_mut();
         super::stall::watched(units, || {
@@ -303,8 +308,9 @@ impl<'m> Decoder<'m> {
         start: usize,
         n_batch: usize,
     ) -> Result<(), EngineError> {
+        self.guard_window();
         match self {
-            Self::Plain(target) => projector.evaluate(segment, target, start, n_batch),
+            Self::Plain(target, _) => projector.evaluate(segment, target, start, n_batch),
             _ => Err(EngineError::Internal("media evaluated with a drafter".into())),
         }
     }
@@ -315,7 +321,7 @@ impl<'m> Decoder<'m> {
     pub(crate) fn set_threads(&mut self, counts: ThreadCounts) -> Option<ThreadCounts> {
         let both = |a: Option<ThreadCounts>, b: Option<ThreadCounts>| a.filter(|a| Some(*a) == b);
         match self {
-            Self::Plain(ctx) => set_threads(ctx, counts),
+            Self::Plain(ctx, _) => set_threads(ctx, counts),
             Self::Mtp(mtp) => {
                 let target = set_threads(mtp.spec.target_context_mut(), counts);
                 both(target, set_threads(mtp.spec.draft_context_mut(), counts))
@@ -373,7 +379,7 @@ impl<'m> Decoder<'m> {
     /// `history`; `id_last` is the token just picked, not evaluated yet).
     pub(crate) fn propose(&mut self, history: &[LlamaToken], id_last: LlamaToken, max: usize) -> Proposal {
         match self {
-            Self::Plain(_) => Proposal { drafts: Vec::new(), catch_up_time: Duration::ZERO },
+            Self::Plain(..) => Proposal { drafts: Vec::new(), catch_up_time: Duration::ZERO },
             Self::Mtp(mtp) => mtp.propose(history, id_last, max),
             Self::Model(model) => model.propose(history, id_last, max),
         }
@@ -395,7 +401,7 @@ impl<'m> Decoder<'m> {
     pub(crate) fn backlog(&self, history: &[LlamaToken]) -> usize {
         match self {
             Self::Model(model) => model.backlog(history),
-            Self::Plain(_) | Self::Mtp(_) => 0,
+            Self::Plain(..) | Self::Mtp(_) => 0,
         }
     }
 
@@ -403,7 +409,7 @@ impl<'m> Decoder<'m> {
     /// follow prompts, not to draft or verify): a cached turn costs it only the new suffix.
     pub(crate) fn take_catch_up(&mut self) -> u32 {
         match self {
-            Self::Plain(_) => 0,
+            Self::Plain(..) => 0,
             Self::Mtp(mtp) => std::mem::take(&mut mtp.catch_up),
             Self::Model(model) => std::mem::take(&mut model.catch_up),
         }

@@ -43,7 +43,7 @@ impl ChangesReused {
 impl LiveSequence<'_> {
     /// The reuse past changes `tokens` allows over the live sequence now under `rules`, if
     /// this cache can carry one out: attention whose positions can be moved (no recurrent
-    /// state, no sliding window, no drafter), no lane running beside
+    /// state, a sliding window only with its guard, no drafter), no lane running beside
     /// it (their cells share positions with sequence 0's), and a sequence to evaluate spans on.
     /// `Err(())` where the prompt changed in spans the policy would reuse past but this cache
     /// cannot now.
@@ -60,9 +60,9 @@ impl LiveSequence<'_> {
         let spare = self.spare_seq.is_some() || !self.lanes.free.is_empty() || !self.lanes.kept.is_empty();
         // A sliding window: llama.cpp writes new tokens over the cells that fell out of a
         // sequence's window (any of them, not the oldest first), and a span evaluated in the
-        // middle of the prompt needs the window before it.
-        let window = self.shape.n_swa.is_some();
-        !self.shape.recurrent && !window && !self.lanes.busy() && spare && self.decoder.can_shift()
+        // middle of the prompt needs the window before it; only a guard keeps them all.
+        let window = self.shape.n_swa.is_none() || self.decoder.guards_window();
+        !self.shape.recurrent && window && !self.lanes.busy() && spare && self.decoder.can_shift()
     }
 
     /// After a stored entry the policy chose for a reuse past changes was restored as the live
