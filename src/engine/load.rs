@@ -186,12 +186,14 @@ pub(super) fn create_decoder<'m>(
     // Reuse past changes evaluates spans on a sequence beside sequence 0: the lanes' free
     // ones, or this one where there are none; with a sliding window, only where every cell of
     // the full-size window cache is kept, by one more sequence (the guard).
-    let window = crate::engine::ffi::effective_sliding_window(model).is_some();
-    let reuse_past_changes = config.reuse_after_change && !speculating && !recurrent && (!window || config.swa_full);
+    let window = crate::engine::ffi::effective_sliding_window(model);
+    let reuse_past_changes =
+        config.reuse_after_change && !speculating && !recurrent && (window.is_none() || config.swa_full);
     let spare_seq = (reuse_past_changes && n_seq_max == 1 && n_batch > 1).then_some(1);
     let n_seq_held = n_seq_max + u32::from(spare_seq.is_some());
-    let window_guard =
-        (reuse_past_changes && window && n_seq_held < n_batch).then_some(WindowGuard { seq: n_seq_held as i32 });
+    let window_guard = window
+        .filter(|_| reuse_past_changes && n_seq_held < n_batch)
+        .map(|n_swa| WindowGuard::new(n_seq_held as i32, n_swa));
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(n_batch)

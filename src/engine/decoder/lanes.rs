@@ -31,15 +31,21 @@ impl Decoder<'_> {
     /// drops the parts' sequences on failure.
     pub(crate) fn decode_shared(&mut self, parts: &[SharedPart<'_>]) -> Result<Vec<i32>, EngineError> {
         fail::fail_point!("engine::decode", |_| Err(EngineError::Decode("failure injected at engine::decode".into())));
+        let step = (self.target().n_ubatch() as usize).max(1);
+        if let [part] = parts {
+            if self.guards_window() && part.tokens.len() > step {
+                return self.decode_part_by_micro_batch(*part, step);
+            }
+        }
         if self.speculates() && parts.iter().any(|part| part.seq == 0) {
             return Err(EngineError::Internal("sequence 0 shares a batch beside its drafter".into()));
         }
         if let Self::Mtp(mtp) = self {
             mtp.flush();
         }
-        self.guard_window();
-        let ctx = self.target_mut();
         let total = parts.iter().map(|part| part.tokens.len()).sum::<usize>();
+        self.guard_before(total);
+        let ctx = self.target_mut();
         let mut batch = LlamaBatch::new(total.max(1), 1);
         let mut rows = Vec::with_capacity(parts.len());
         for part in parts {
@@ -66,6 +72,26 @@ impl Decoder<'_> {
         Ok(rows)
     }
 
+    /// One sequence's long batch one micro-batch a call (with a window guard, as
+    /// [`Decoder::decode`] does), its last token's row as [`Self::decode_shared`] gives it; a
+    /// failure drops what the earlier calls placed.
+    fn decode_part_by_micro_batch(&mut self, part: SharedPart<'_>, step: usize) -> Result<Vec<i32>, EngineError> {
+        let mut rows = Vec::new();
+        for (index, tokens) in part.tokens.chunks(step).enumerate() {
+            let chunk = SharedPart { tokens, start: part.start + index * step, ..part };
+            match self.decode_shared(&[chunk]) {
+                Ok(last) => rows = last,
+                Err(e) => {
+                    if index > 0 && !self.cut_sequence(part.seq, part.start) {
+                        tracing::warn!(seq = part.seq, "llama.cpp did not drop a failed batch's first micro-batches");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(rows)
+    }
+
     /// Evaluates a media `segment` into sequence `seq` (a lane's) at positions `start..`,
     /// through the projector's `media` (see [`MediaPreparer::evaluate`]). Only without a
     /// drafter (start-up turns speculation off with a projector). The caller drops what the
@@ -78,11 +104,13 @@ impl Decoder<'_> {
         start: usize,
         n_batch: usize,
     ) -> Result<(), EngineError> {
-        self.guard_window();
-        match self {
+        self.guard_before(usize::MAX);
+        let evaluated = match self {
             Self::Plain(target, _) => media.evaluate(segment, target, start, seq, n_batch),
             _ => Err(EngineError::Internal("media evaluated with a drafter".into())),
-        }
+        };
+        self.guard_dropped();
+        evaluated
     }
 
     /// Makes sequence `to` hold sequence 0's first `upto` positions. In a unified cache the
@@ -93,6 +121,7 @@ impl Decoder<'_> {
 
     /// Drops sequence 0's positions `from..to` (a changed span, [`crate::engine::policy::plan_changes`]).
     pub(crate) fn remove_positions(&mut self, from: usize, to: usize) -> bool {
+        self.guard_dropped();
         self.target_mut().kv_cache_seq_rm(0, Some(from as u32), Some(to as u32)).is_ok()
     }
 
@@ -101,6 +130,7 @@ impl Decoder<'_> {
     /// ([`crate::engine::ffi::can_shift_positions`]), and never over cells another sequence
     /// holds too: a cell has one position for all its sequences.
     pub(crate) fn shift_positions(&mut self, from: usize, delta: isize) -> bool {
+        self.guard_dropped();
         self.target_mut().kv_cache_seq_add(0, Some(from as u32), None, delta as i32).is_ok()
     }
 
@@ -116,11 +146,13 @@ impl Decoder<'_> {
 
     /// Drops sequence `seq`'s positions from `keep` on (a kept sequence a lane continues).
     pub(crate) fn cut_sequence(&mut self, seq: i32, keep: usize) -> bool {
+        self.guard_dropped();
         self.target_mut().kv_cache_seq_rm(seq, Some(keep as u32), None).is_ok()
     }
 
     /// Drops every cell of sequence `seq` (a lane's; never sequence 0's, see [`Self::clear`]).
     pub(crate) fn drop_sequence(&mut self, seq: i32) {
+        self.guard_dropped();
         let ctx = self.target_mut();
         if ctx.kv_cache_seq_rm(seq, None, None).is_err() {
             tracing::warn!(seq, "llama.cpp did not drop a sequence's cells");
@@ -131,7 +163,8 @@ impl Decoder<'_> {
     /// target's state only (lanes run without a drafter). False, and the sequence empty, when
     /// llama.cpp refused the state or it does not end where `held` says.
     pub(crate) fn restore_lane(&mut self, seq: i32, state: &SavedState, held: usize, keep: usize) -> bool {
-        self.guard_window();
+        self.guard_before(usize::MAX);
+        self.guard_dropped();
         let ctx = self.target_mut();
         let restored = set_sequence_state(ctx, &state.target, seq)
             && i64::from(ctx.kv_cache_seq_pos_max(seq)) + 1 == held as i64

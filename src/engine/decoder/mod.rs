@@ -204,7 +204,8 @@ impl<'m> Decoder<'m> {
     pub(crate) fn restore(&mut self, state: &SavedState) -> bool {
         self.clear();
         fail::fail_point!("engine::restore", |_| false);
-        self.guard_window();
+        self.guard_before(usize::MAX);
+        self.guard_dropped();
         let ctx = self.target_mut();
         if !set_sequence_state(ctx, &state.target, 0) {
             tracing::warn!("restoring a KV state failed: llama.cpp refused it");
@@ -262,14 +263,40 @@ impl<'m> Decoder<'m> {
     }
 
     /// Evaluates `tokens` at positions `start..` in the target; an MTP drafter sees the batch
-    /// too (see [`BatchKind::PromptEnd`] for when). The caller clears the cache on failure.
-    pub(crate) fn decode(&mut self, tokens: &[LlamaToken], start: usize, kind: BatchKind) -> Result<(), EngineError> {
+    /// too (see [`BatchKind::PromptEnd`] for when); returns the row of the last token's logits.
+    /// The caller clears the cache on failure. With a window guard, a prompt batch longer than
+    /// a micro-batch is evaluated one micro-batch a call, so the guard holds each one's cells
+    /// before the next is placed; a failure then drops what the earlier calls placed, as
+    /// llama.cpp does for one call.
+    pub(crate) fn decode(&mut self, tokens: &[LlamaToken], start: usize, kind: BatchKind) -> Result<i32, EngineError> {
         fail::fail_point!("engine::decode", |_| Err(EngineError::Decode("failure injected at engine::decode".into())));
+        let step = (self.target().n_ubatch() as usize).max(1);
+        if !self.guards_window() || kind == BatchKind::Generated || tokens.len() <= step {
+            self.decode_call(tokens, start, kind)?;
+            return Ok(tokens.len() as i32 - 1);
+        }
+        let chunks = tokens.chunks(step).count();
+        let mut last_row = 0;
+        for (index, chunk) in tokens.chunks(step).enumerate() {
+            let kind = if index + 1 == chunks { kind } else { BatchKind::Prompt };
+            if let Err(e) = self.decode_call(chunk, start + index * step, kind) {
+                if index > 0 && self.target_mut().kv_cache_seq_rm(0, Some(start as u32), None).is_err() {
+                    tracing::warn!("llama.cpp did not drop a failed batch's first micro-batches");
+                }
+                return Err(e);
+            }
+            last_row = chunk.len() as i32 - 1;
+        }
+        Ok(last_row)
+    }
+
+    /// One llama.cpp call for [`Self::decode`].
+    fn decode_call(&mut self, tokens: &[LlamaToken], start: usize, kind: BatchKind) -> Result<(), EngineError> {
         let mut batch = build_batch(tokens, start, kind.logits())?;
         if let Self::Mtp(mtp) = self {
             mtp.flush();
         }
-        self.guard_window();
+        self.guard_before(tokens.len());
         let units = super::stall::ubatches(tokens.len(), self.target().n_ubatch());
         let ctx = self.target_mut();
         super::stall::watched(units, || {
@@ -308,11 +335,13 @@ impl<'m> Decoder<'m> {
         start: usize,
         n_batch: usize,
     ) -> Result<(), EngineError> {
-        self.guard_window();
-        match self {
+        self.guard_before(usize::MAX);
+        let evaluated = match self {
             Self::Plain(target, _) => projector.evaluate(segment, target, start, n_batch),
             _ => Err(EngineError::Internal("media evaluated with a drafter".into())),
-        }
+        };
+        self.guard_dropped();
+        evaluated
     }
 
     /// Sets the threads of the target's and the drafter's contexts (see [`super::threads`]) and
@@ -343,6 +372,7 @@ impl<'m> Decoder<'m> {
         if self.target_mut().kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
             return false;
         }
+        self.guard_dropped();
         if let Self::Mtp(mtp) = self {
             if mtp.spec.draft_context_mut().kv_cache_seq_rm(0, Some(keep as u32), None).is_err() {
                 mtp.spec.draft_context_mut().clear_kv_cache();
@@ -357,6 +387,7 @@ impl<'m> Decoder<'m> {
             mtp.deferred = None;
         }
         clear_sequence_zero(self.target_mut());
+        self.guard_dropped();
         self.clear_drafter();
     }
 

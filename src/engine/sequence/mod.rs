@@ -372,7 +372,7 @@ impl<'m> LiveSequence<'m> {
             if self.lanes.busy() {
                 self.lanes_step(if generates { HomePart::Apart } else { HomePart::Absent })?;
             }
-            self.decoder.decode(tokens, self.cached.len(), kind).map(|()| tokens.len() as i32 - 1)
+            self.decoder.decode(tokens, self.cached.len(), kind)
         };
         let last_row = match decoded {
             // llama.cpp removed the stopped token's position: the cache holds what it held.
