@@ -1,7 +1,7 @@
 //! H, the changed head: a Home Assistant session in each of the three layouts its integrations
-//! write ([`HeadLayout`]): the fixed system message, the clock at its end, the clock first.
-//! Between turns the clock moves and one or two devices change state; the history grows with
-//! the replies. Each follow-up turn's prompt tokens the server evaluated (`prompt_tokens` less
+//! write ([`HeadLayout`]): the fixed system message, the clock at its end, the clock first,
+//! and the clock-last text with nothing moving. Between turns the clock moves and one or two
+//! devices change state (not in the unchanged layout); the history grows with the replies. Each follow-up turn's prompt tokens the server evaluated (`prompt_tokens` less
 //! `cached_tokens`) and its TTFT, against the fixed layout's: what a clock line costs a turn.
 
 use serde_json::json;
@@ -18,10 +18,11 @@ impl<P: FnMut(&Row)> ServerRun<'_, P> {
             let mut home = Home::new(self.config.home_entities);
             let mut history = Vec::new();
             for turn in 1..=self.config.turns {
-                if turn > 1 {
-                    home.step(self.rep as usize * 5 + turn as usize);
+                let moved = if layout.changes() { turn as usize } else { 1 };
+                if moved > 1 {
+                    home.step(self.rep as usize * 5 + moved);
                 }
-                let minutes = self.rep as usize * 97 + turn as usize * 3;
+                let minutes = self.rep as usize * 97 + moved * 3;
                 let system = nonce.clone() + &home.system(layout, minutes);
                 let ask = HOME_ASKS[(self.rep as usize + turn as usize - 2) % HOME_ASKS.len()];
                 let mut messages = vec![json!({"role": "system", "content": system})];

@@ -8,6 +8,9 @@
 //!   at the end (core without the Assist API's time tool, `homeassistant/helpers/llm.py`).
 //! - [`HeadLayout::ClockFirst`]: "Current Time: …" as the very first line, then a CSV of every
 //!   device's state (popular custom conversation integrations).
+//! - [`HeadLayout::Unchanged`]: the clock-last layout with nothing moving between turns: what
+//!   its turns would cost without a change, the yardstick for a change's own cost (its prompt
+//!   is as long as the clock layouts', the fixed layout's is shorter).
 //!
 //! Between turns the clock moves and one or two devices change state ([`Home::step`]).
 
@@ -20,11 +23,13 @@ pub enum HeadLayout {
     ClockLast,
     /// The clock first, then the devices' states.
     ClockFirst,
+    /// The devices' states and the clock at the end, as [`Self::ClockLast`], none of it moving.
+    Unchanged,
 }
 
 impl HeadLayout {
-    /// The three layouts, the fixed one first (the others are measured against it).
-    pub const ALL: [Self; 3] = [Self::Fixed, Self::ClockLast, Self::ClockFirst];
+    /// The layouts, the fixed one first (the others are measured against it).
+    pub const ALL: [Self; 4] = [Self::Fixed, Self::Unchanged, Self::ClockLast, Self::ClockFirst];
 
     /// Its name in reports.
     #[must_use]
@@ -33,7 +38,14 @@ impl HeadLayout {
             Self::Fixed => "fixed",
             Self::ClockLast => "clock-last",
             Self::ClockFirst => "clock-first",
+            Self::Unchanged => "unchanged",
         }
+    }
+
+    /// Whether its system message moves between turns (the clock, the devices' states).
+    #[must_use]
+    pub fn changes(self) -> bool {
+        matches!(self, Self::ClockLast | Self::ClockFirst)
     }
 }
 
@@ -102,7 +114,8 @@ impl Home {
         }
     }
 
-    /// The system message in `layout`, `minutes` past 16:00 (seconds follow from the minutes).
+    /// The system message in `layout`, `minutes` past 16:00 (seconds follow from the minutes; the
+    /// caller keeps both the minutes and the home as they were for [`HeadLayout::Unchanged`]).
     #[must_use]
     pub fn system(&self, layout: HeadLayout, minutes: usize) -> String {
         let clock = format!("{:02}:{:02}:{:02}", (16 + minutes / 60) % 24, minutes % 60, (minutes * 37) % 60);
@@ -119,14 +132,15 @@ impl Home {
         text.push_str("You are a voice assistant for Home Assistant.\nAnswer questions about the world truthfully.\n");
         text.push_str("Answer in plain text. Keep it simple and to the point.\n");
         text.push_str("Static Context: An overview of the areas and the devices in this smart home:\n");
+        let states = matches!(layout, HeadLayout::ClockLast | HeadLayout::Unchanged);
         for device in &self.devices {
             text.push_str(&format!("- names: {}\n", device.name));
-            if layout == HeadLayout::ClockLast {
+            if states {
                 text.push_str(&format!("  state: '{}'\n", device.state));
             }
             text.push_str(&format!("  areas: {}\n", device.area));
         }
-        if layout == HeadLayout::ClockLast {
+        if states {
             text.push_str(&format!("Current time is {clock}. Today's date is 2026-12-05."));
         } else {
             text.push_str("Use the GetDateTime tool for the time and GetLiveContext for the devices' states.");
@@ -142,15 +156,18 @@ mod tests {
     #[test]
     fn only_the_clock_layouts_change_between_turns() {
         let mut home = Home::new(12);
-        let before: Vec<String> = HeadLayout::ALL.iter().map(|&l| home.system(l, 0)).collect();
+        let layouts = [HeadLayout::Fixed, HeadLayout::ClockLast, HeadLayout::ClockFirst];
+        let before: Vec<String> = layouts.iter().map(|&l| home.system(l, 0)).collect();
         home.step(3);
-        let after: Vec<String> = HeadLayout::ALL.iter().map(|&l| home.system(l, 1)).collect();
+        let after: Vec<String> = layouts.iter().map(|&l| home.system(l, 1)).collect();
         assert_eq!(before[0], after[0], "the fixed layout holds neither clock nor states");
         for (b, a) in before.iter().zip(&after).skip(1) {
             assert_ne!(b, a);
         }
         assert!(after[2].starts_with("Current Time: 16:01:37\n"), "{}", after[2]);
         assert!(after[1].ends_with("Current time is 16:01:37. Today's date is 2026-12-05."));
+        assert_eq!(home.system(HeadLayout::Unchanged, 1), after[1], "the clock-last text, for a home kept as it was");
+        assert!(HeadLayout::ALL.iter().filter(|l| l.changes()).eq(&layouts[1..]));
     }
 
     #[test]

@@ -82,6 +82,8 @@ pub enum Scenario {
     HeadClockLast,
     /// H: the clock as the system message's first line, then every device's state.
     HeadClockFirst,
+    /// H: the clock-last layout with nothing moving between turns.
+    HeadUnchanged,
     /// Q: one item of the quality set (`--quality`), answered for blind grading; `turn` is the
     /// item's position in the set, from 1 (each sample in turn).
     Quality,
@@ -104,6 +106,7 @@ impl Scenario {
             HeadLayout::Fixed => Self::HeadFixed,
             HeadLayout::ClockLast => Self::HeadClockLast,
             HeadLayout::ClockFirst => Self::HeadClockFirst,
+            HeadLayout::Unchanged => Self::HeadUnchanged,
         }
     }
 
@@ -123,7 +126,7 @@ impl Scenario {
     /// Whether this is one of the changed-head scenario's turns.
     #[must_use]
     pub fn is_changed_head(self) -> bool {
-        matches!(self, Self::HeadFixed | Self::HeadClockLast | Self::HeadClockFirst)
+        matches!(self, Self::HeadFixed | Self::HeadClockLast | Self::HeadClockFirst | Self::HeadUnchanged)
     }
 
     /// Whether this is a turn of the conversation (A, B, the turn after E's job, or after R's

@@ -65,9 +65,14 @@ const QUALITY: [Column; 2] = [
     Column { header: "quality set: TTFT ms", cell: |s| show(s.quality_ttft) },
 ];
 
-const HEAD: [Column; 6] = [
+const HEAD: [Column; 8] = [
     Column { header: "fixed head: tokens evaluated", cell: |s| head(s, HeadLayout::Fixed, |h| h.evaluated) },
     Column { header: "fixed head: TTFT ms", cell: |s| head(s, HeadLayout::Fixed, |h| h.ttft) },
+    Column {
+        header: "unchanged: tokens evaluated (× fixed)",
+        cell: |s| head(s, HeadLayout::Unchanged, |h| h.evaluated),
+    },
+    Column { header: "unchanged: TTFT ms (× fixed)", cell: |s| head(s, HeadLayout::Unchanged, |h| h.ttft) },
     Column {
         header: "clock last: tokens evaluated (× fixed)",
         cell: |s| head(s, HeadLayout::ClockLast, |h| h.evaluated),
@@ -277,13 +282,13 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "server | fixed head: tokens evaluated | fixed head: TTFT ms | clock last: tokens evaluated (× fixed) \
-             | clock last: TTFT ms (× fixed) | clock first: tokens evaluated (× fixed) | clock first: TTFT ms (× fixed) \
+            "server | fixed head: tokens evaluated | fixed head: TTFT ms | unchanged: tokens evaluated (× fixed) \
+             | unchanged: TTFT ms (× fixed) | clock last: tokens evaluated (× fixed) | clock last: TTFT ms (× fixed) | clock first: tokens evaluated (× fixed) | clock first: TTFT ms (× fixed) \
              | peak RSS MB"
         );
         assert_eq!(
             lines[1],
-            "s | 40.0 (40.0–40.0) | 120.0 (100.0–120.0) | 60.0 (60.0–60.0) (×1.50) | 200.0 (180.0–200.0) (×1.67) \
+            "s | 40.0 (40.0–40.0) | 120.0 (100.0–120.0) | - | - | 60.0 (60.0–60.0) (×1.50) | 200.0 (180.0–200.0) (×1.67) \
              | 2540.0 (2540.0–2540.0) (×63.50) | 6100.0 (6100.0–6100.0) (×50.83) | -",
             "turn 1 and failed turns left out"
         );
