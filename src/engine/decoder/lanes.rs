@@ -30,11 +30,23 @@ impl Decoder<'_> {
     /// prompt batch it has not seen, whose hidden states this batch replaces. The caller
     /// drops the parts' sequences on failure.
     pub(crate) fn decode_shared(&mut self, parts: &[SharedPart<'_>]) -> Result<Vec<i32>, EngineError> {
+        self.decode_parts(parts, true)
+    }
+
+    /// Evaluates one sequence's tokens with no logits at all (a changed span, read by nothing
+    /// but the tokens after it: the output layer, as large as the rest of a small model with a
+    /// large vocabulary, is not computed). The caller drops the sequence on failure.
+    pub(crate) fn decode_span(&mut self, part: SharedPart<'_>) -> Result<(), EngineError> {
+        self.decode_parts(&[part], false).map(drop)
+    }
+
+    /// [`Self::decode_shared`], with each part's last logits (`logits`) or none.
+    fn decode_parts(&mut self, parts: &[SharedPart<'_>], logits: bool) -> Result<Vec<i32>, EngineError> {
         fail::fail_point!("engine::decode", |_| Err(EngineError::Decode("failure injected at engine::decode".into())));
         let step = (self.target().n_ubatch() as usize).max(1);
         if let [part] = parts {
             if self.guards_window() && part.tokens.len() > step {
-                return self.decode_part_by_micro_batch(*part, step);
+                return self.decode_part_by_micro_batch(*part, step, logits);
             }
         }
         if self.speculates() && parts.iter().any(|part| part.seq == 0) {
@@ -50,7 +62,7 @@ impl Decoder<'_> {
         let mut rows = Vec::with_capacity(parts.len());
         for part in parts {
             for (i, &token) in part.tokens.iter().enumerate() {
-                let last = i + 1 == part.tokens.len();
+                let last = logits && i + 1 == part.tokens.len();
                 batch
                     .add(token, (part.start + i) as i32, &[part.seq], last)
                     .map_err(|e| EngineError::Decode(e.to_string()))?;
@@ -75,11 +87,16 @@ impl Decoder<'_> {
     /// One sequence's long batch one micro-batch a call (with a window guard, as
     /// [`Decoder::decode`] does), its last token's row as [`Self::decode_shared`] gives it; a
     /// failure drops what the earlier calls placed.
-    fn decode_part_by_micro_batch(&mut self, part: SharedPart<'_>, step: usize) -> Result<Vec<i32>, EngineError> {
+    fn decode_part_by_micro_batch(
+        &mut self,
+        part: SharedPart<'_>,
+        step: usize,
+        logits: bool,
+    ) -> Result<Vec<i32>, EngineError> {
         let mut rows = Vec::new();
         for (index, tokens) in part.tokens.chunks(step).enumerate() {
             let chunk = SharedPart { tokens, start: part.start + index * step, ..part };
-            match self.decode_shared(&[chunk]) {
+            match self.decode_parts(&[chunk], logits) {
                 Ok(last) => rows = last,
                 Err(e) => {
                     if index > 0 && !self.cut_sequence(part.seq, part.start) {

@@ -174,7 +174,7 @@ impl LiveSequence<'_> {
             for (index, chunk) in fresh.chunks(self.n_batch.max(1)).enumerate() {
                 self.follow_threads(chunk.len());
                 let start = at + index * self.n_batch.max(1);
-                self.decoder.decode_shared(&[SharedPart { seq: spare, tokens: chunk, start }])?;
+                self.decoder.decode_span(SharedPart { seq: spare, tokens: chunk, start })?;
             }
             if !self.decoder.share_range(spare, HOME, at, at + fresh.len()) {
                 return Err(refused("tag"));
