@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::thread;
 use std::time::Instant;
 
@@ -29,13 +28,13 @@ const KEPT_LOGPROB_TOLERANCE: f32 = 0.05;
 /// state, which is A's whole history: the lane evaluates its prompt from the start, as the same
 /// request alone after A does).
 fn replies_beside_a_streaming_one_equal_their_replies_alone(
-    model: PathBuf,
+    config: EngineConfig,
     system: &str,
     end_of_turn: &[&str],
     shares: bool,
 ) {
     let questions = ["Turn on the office light.", "What is the capital of France?"];
-    let alone = Engine::start(config(model.clone())).expect("the model loads");
+    let alone = Engine::start(config.clone()).expect("the model loads");
     let banned = token_ids(&alone, end_of_turn);
     assert_eq!(banned.len(), end_of_turn.len(), "the end-of-turn tokens are known");
     let story = request(system, "Tell me a long story about a dragon in a kitchen.", 160, &banned);
@@ -47,7 +46,7 @@ fn replies_beside_a_streaming_one_equal_their_replies_alone(
     drop(alone);
     assert!(!same_first_candidates(&expected[0], &expected[1]), "the questions' numbers tell them apart");
 
-    let engine = Engine::start(config(model)).expect("the model loads");
+    let engine = Engine::start(config).expect("the model loads");
     let a = streaming(&engine, story);
     let others: Vec<_> = questions
         .iter()
@@ -87,7 +86,7 @@ fn replies_beside_a_streaming_one_equal_their_replies_alone(
 fn smollm2_replies_beside_a_streaming_one_equal_their_replies_alone() {
     let system = common::long_system_prompt(600);
     replies_beside_a_streaming_one_equal_their_replies_alone(
-        smollm2_path(),
+        config(smollm2_path()),
         &system,
         &["<|im_end|>", "<|endoftext|>"],
         true,
@@ -98,7 +97,22 @@ fn smollm2_replies_beside_a_streaming_one_equal_their_replies_alone() {
 fn gemma3_replies_beside_a_streaming_one_equal_their_replies_alone() {
     // Shorter than gemma-3's sliding window: a lane shares the cells A's sequence still holds.
     let system = common::long_system_prompt(250);
-    replies_beside_a_streaming_one_equal_their_replies_alone(gemma3_path(), &system, &["<end_of_turn>", "<eos>"], true);
+    replies_beside_a_streaming_one_equal_their_replies_alone(
+        config(gemma3_path()),
+        &system,
+        &["<end_of_turn>", "<eos>"],
+        true,
+    );
+}
+
+/// With `--reuse-after-change` a sliding-window model's context holds a guard that keeps every
+/// cell (docs/cache.md): lanes beside a streaming reply still answer as alone, and share a
+/// system prompt longer than the window, whose first cells A's reply has put out of it.
+#[test]
+fn gemma3_with_the_window_guard_replies_beside_a_streaming_one_equal_their_replies_alone() {
+    let system = common::long_system_prompt(600);
+    let guarded = EngineConfig { reuse_after_change: true, ..config(gemma3_path()) };
+    replies_beside_a_streaming_one_equal_their_replies_alone(guarded, &system, &["<end_of_turn>", "<eos>"], true);
 }
 
 /// Models that keep a recurrent state (LFM2: hybrid, Mamba: recurrent only; fixtures with
@@ -110,7 +124,7 @@ fn recurrent_models_serve_replies_beside_a_streaming_one() {
     for fixture in ["tiny-lfm2.gguf", "tiny-mamba.gguf"] {
         let path = common::model_path(fixture);
         replies_beside_a_streaming_one_equal_their_replies_alone(
-            path,
+            config(path),
             &system,
             &["<|im_end|>", "<|endoftext|>"],
             false,
