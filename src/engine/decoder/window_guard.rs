@@ -4,10 +4,11 @@
 //! change, since the span evaluated there needs the window before it, and a sequence can lose
 //! cells anywhere in its past, not only its oldest. With `--reuse-after-change` on a model
 //! with a sliding window and the full-size window cache, the context gets one more sequence,
-//! the guard, which is made to hold every other sequence's cells before each batch or state is
-//! placed: no cell is then held by one sequence alone, and llama.cpp writes only into empty
-//! cells, as for a model without a window. Cells the other sequences dropped since are let go
-//! at the same moment (the guard is emptied first), so it never keeps a cell on its own.
+//! the guard, which is made to hold every other sequence's cells before a batch or state is
+//! placed, wherever cells were dropped, moved or restored since or half a window of tokens was
+//! placed: no cell is then held by one sequence alone when llama.cpp looks for room, and it
+//! writes only into empty cells, as for a model without a window. The guard is emptied first
+//! each time, so a cell the other sequences dropped is let go before anything else is placed.
 
 use super::Decoder;
 
