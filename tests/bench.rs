@@ -153,9 +153,10 @@ async fn every_scenario_measures_firstword_and_the_tool_check_passes() {
     assert!(decide(&summaries).expect("a decision").starts_with("firstword"));
 }
 
-/// H against a firstword that reuses past changed spans: every turn answered, the fixed
-/// layout's follow-ups warm, the clock layouts' follow-ups reused past the clock and the
-/// changed states (most of the prompt kept), and the table compares them with the fixed layout.
+/// H against a firstword that reuses past changed spans: every turn answered, the fixed and
+/// unchanged layouts' follow-ups warm, the clock layouts' follow-ups reused past the clock and
+/// the changed states (most of the prompt kept), and the table compares them with the fixed
+/// layout.
 #[tokio::test]
 async fn the_changed_head_scenario_measures_each_layout() {
     let engine =
@@ -165,7 +166,7 @@ async fn the_changed_head_scenario_measures_each_layout() {
     config.scenarios = Scenarios::ChangedHead;
     config.home_entities = 24;
     let rows = run(&config, |_| {}).await.expect("bench runs");
-    assert_eq!(rows.len(), 9, "three layouts of three turns, nothing else: {rows:?}");
+    assert_eq!(rows.len(), 12, "four layouts of three turns, nothing else: {rows:?}");
     for row in &rows {
         assert_eq!((row.http_status, row.error.as_str()), (200, ""), "{row:?}");
         if row.turn == 1 {
@@ -175,12 +176,20 @@ async fn the_changed_head_scenario_measures_each_layout() {
         assert!(prompt > 400 && evaluated * 4 < prompt, "most of the prompt kept: {row:?}");
         let reason = row.cache_reason.as_deref();
         match row.scenario {
-            Scenario::HeadFixed => assert_ne!(reason, Some("reused-after-change"), "{row:?}"),
+            Scenario::HeadFixed | Scenario::HeadUnchanged => {
+                assert_ne!(reason, Some("reused-after-change"), "{row:?}");
+            }
             _ => assert_eq!(reason, Some("reused-after-change"), "{row:?}"),
         }
     }
     let summaries = summarize(&rows, &[]);
-    assert_eq!(summaries[0].changed_head.len(), 3, "{:?}", summaries[0]);
+    assert_eq!(summaries[0].changed_head.len(), 4, "{:?}", summaries[0]);
+    // The unchanged layout's prompt is the clock-last one, its turns as warm as the fixed ones.
+    let prompts = |scenario| scenario_rows(&rows, scenario).iter().map(|r| r.prompt_tokens).collect::<Vec<_>>();
+    let (unchanged, clock_last) = (prompts(Scenario::HeadUnchanged), prompts(Scenario::HeadClockLast));
+    let (a, b) = (unchanged[0].unwrap_or(0), clock_last[0].unwrap_or(0));
+    assert!(a > 400 && a.abs_diff(b) <= 4, "the clock-last text (its nonce aside): {unchanged:?} {clock_last:?}");
+    assert!(table(&summaries).contains("unchanged: TTFT ms (× fixed)"));
     assert!(table(&summaries).contains("clock first: tokens evaluated (× fixed)"));
 }
 

@@ -194,6 +194,24 @@ pub(super) fn create_decoder<'m>(
     let window_guard = window
         .filter(|_| reuse_past_changes && n_seq_held < n_batch)
         .map(|n_swa| WindowGuard::new(n_seq_held as i32, n_swa));
+    if config.reuse_after_change {
+        let refused = if speculating {
+            Some("a drafter follows sequence 0 alone")
+        } else if recurrent {
+            Some("a recurrent state cannot keep what follows a change")
+        } else if window.is_some() && !config.swa_full {
+            Some("--swa-small keeps only the last window, which a changed span needs before it")
+        } else {
+            None
+        };
+        match (refused, window) {
+            (Some(why), _) => tracing::info!("reuse past changes off for this model: {why}"),
+            (None, Some(n_swa)) if window_guard.is_some() => {
+                tracing::info!("reuse past changes on a sliding window of {n_swa}: one more sequence keeps every cell")
+            }
+            _ => {}
+        }
+    }
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(n_batch)
