@@ -98,6 +98,9 @@ pub fn probe(endpoint: &RpcEndpoint, timeout: Duration) -> Result<(), RpcProbeEr
     let mut stream = None;
     for address in addresses {
         match TcpStream::connect_timeout(&address, timeout) {
+            // Nothing listened, and the kernel picked the same port to connect from (an
+            // ephemeral port): the socket met itself, and would echo the greeting back.
+            Ok(s) if s.local_addr().ok() == s.peer_addr().ok() => last = "nothing listens there".into(),
             Ok(s) => {
                 stream = Some(s);
                 break;
