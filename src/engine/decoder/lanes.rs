@@ -122,12 +122,10 @@ impl Decoder<'_> {
         n_batch: usize,
     ) -> Result<(), EngineError> {
         self.guard_before(usize::MAX);
-        let evaluated = match self {
+        match self {
             Self::Plain(target, _) => media.evaluate(segment, target, start, seq, n_batch),
             _ => Err(EngineError::Internal("media evaluated with a drafter".into())),
-        };
-        self.guard_dropped();
-        evaluated
+        }
     }
 
     /// Makes sequence `to` hold sequence 0's first `upto` positions. In a unified cache the
@@ -181,7 +179,6 @@ impl Decoder<'_> {
     /// llama.cpp refused the state or it does not end where `held` says.
     pub(crate) fn restore_lane(&mut self, seq: i32, state: &SavedState, held: usize, keep: usize) -> bool {
         self.guard_before(usize::MAX);
-        self.guard_dropped();
         let ctx = self.target_mut();
         let restored = set_sequence_state(ctx, &state.target, seq)
             && i64::from(ctx.kv_cache_seq_pos_max(seq)) + 1 == held as i64

@@ -205,7 +205,6 @@ impl<'m> Decoder<'m> {
         self.clear();
         fail::fail_point!("engine::restore", |_| false);
         self.guard_before(usize::MAX);
-        self.guard_dropped();
         let ctx = self.target_mut();
         if !set_sequence_state(ctx, &state.target, 0) {
             tracing::warn!("restoring a KV state failed: llama.cpp refused it");
@@ -280,7 +279,7 @@ impl<'m> Decoder<'m> {
         for (index, chunk) in tokens.chunks(step).enumerate() {
             let kind = if index + 1 == chunks { kind } else { BatchKind::Prompt };
             if let Err(e) = self.decode_call(chunk, start + index * step, kind) {
-                if index > 0 && self.target_mut().kv_cache_seq_rm(0, Some(start as u32), None).is_err() {
+                if index > 0 && !self.truncate(start) {
                     tracing::warn!("llama.cpp did not drop a failed batch's first micro-batches");
                 }
                 return Err(e);
@@ -336,12 +335,10 @@ impl<'m> Decoder<'m> {
         n_batch: usize,
     ) -> Result<(), EngineError> {
         self.guard_before(usize::MAX);
-        let evaluated = match self {
+        match self {
             Self::Plain(target, _) => projector.evaluate(segment, target, start, n_batch),
             _ => Err(EngineError::Internal("media evaluated with a drafter".into())),
-        };
-        self.guard_dropped();
-        evaluated
+        }
     }
 
     /// Sets the threads of the target's and the drafter's contexts (see [`super::threads`]) and

@@ -38,6 +38,8 @@ impl WindowGuard {
 impl Decoder<'_> {
     /// Before `placing` tokens' cells are placed: makes the guard hold exactly the cells the
     /// other sequences hold now where it is due ([`WindowGuard`]); nothing without a guard.
+    /// `usize::MAX` for a state or a media whose cells are not counted: the guard takes the
+    /// cells now and again before the next placement.
     pub(super) fn guard_before(&mut self, placing: usize) {
         let Self::Plain(ctx, Some(guard)) = self else { return };
         if guard.dropped || guard.placed.saturating_add(placing) >= guard.every {
