@@ -187,23 +187,14 @@ pub(super) fn create_decoder<'m>(
     // ones, or this one where there are none; with a sliding window, only where every cell of
     // the full-size window cache is kept, by one more sequence (the guard).
     let window = crate::engine::ffi::effective_sliding_window(model);
-    let reuse_past_changes =
-        config.reuse_after_change && !speculating && !recurrent && (window.is_none() || config.swa_full);
+    let refused = past_changes_refused(speculating, recurrent, window.is_some(), config.swa_full);
+    let reuse_past_changes = config.reuse_after_change && refused.is_none();
     let spare_seq = (reuse_past_changes && n_seq_max == 1 && n_batch > 1).then_some(1);
     let n_seq_held = n_seq_max + u32::from(spare_seq.is_some());
     let window_guard = window
         .filter(|_| reuse_past_changes && n_seq_held < n_batch)
         .map(|n_swa| WindowGuard::new(n_seq_held as i32, n_swa));
     if config.reuse_after_change {
-        let refused = if speculating {
-            Some("a drafter follows sequence 0 alone")
-        } else if recurrent {
-            Some("a recurrent state cannot keep what follows a change")
-        } else if window.is_some() && !config.swa_full {
-            Some("--swa-small keeps only the last window, which a changed span needs before it")
-        } else {
-            None
-        };
         match (refused, window) {
             (Some(why), _) => tracing::info!("reuse past changes off for this model: {why}"),
             (None, Some(n_swa)) if window_guard.is_some() => {
@@ -277,6 +268,21 @@ pub(super) fn create_decoder<'m>(
     Ok(Contexts { decoder, n_batch: n_batch as usize, rs_snapshots, n_seq_max, spare_seq, flash_attention })
 }
 
+/// Why a context cannot reuse past changed spans (`--reuse-after-change`), if it cannot: a
+/// drafter, a recurrent state, or a sliding window with the small window cache (a span needs
+/// the window before it, which only the full-size cache and its guard keep).
+fn past_changes_refused(speculating: bool, recurrent: bool, window: bool, swa_full: bool) -> Option<&'static str> {
+    if speculating {
+        Some("a drafter follows sequence 0 alone")
+    } else if recurrent {
+        Some("a recurrent state cannot keep what follows a change")
+    } else if window && !swa_full {
+        Some("--swa-small keeps only the last window, which a changed span needs before it")
+    } else {
+        None
+    }
+}
+
 /// How many sequences the context holds: `parallel`, or one where requests cannot share its
 /// steps: a recurrent model that drafts (its drafts' rollback snapshots follow sequence 0's
 /// batches alone), whose requests then wait their turn, as the start-up log says. With a
@@ -310,4 +316,18 @@ fn can_drop_tail(ctx: &mut LlamaContext<'_>, model: &LlamaModel) -> bool {
     let dropped = built && ctx.decode(&mut batch).is_ok() && ctx.kv_cache_seq_rm(0, Some(1), None).is_ok();
     ctx.clear_kv_cache();
     dropped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::past_changes_refused;
+
+    #[test]
+    fn reuse_past_changes_is_refused_only_where_the_cache_cannot_carry_it_out() {
+        assert_eq!(past_changes_refused(false, false, false, false), None);
+        assert_eq!(past_changes_refused(false, false, true, true), None, "a window with its full cache");
+        assert!(past_changes_refused(false, false, true, false).is_some_and(|why| why.contains("--swa-small")));
+        assert!(past_changes_refused(true, false, false, true).is_some_and(|why| why.contains("drafter")));
+        assert!(past_changes_refused(false, true, false, true).is_some_and(|why| why.contains("recurrent")));
+    }
 }
